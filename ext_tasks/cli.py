@@ -1,0 +1,141 @@
+"""``ext-tasks``: the command line and the composition root (the only module that imports hypercorn).
+
+::
+
+    ext-tasks serve [--host 127.0.0.1] [--port 3001] [--tools MODULE] [--workers N]
+    ext-tasks keygen
+
+Every flag has an ``EXT_TASKS_*`` variable; a flag wins over its variable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from collections.abc import Sequence
+
+from hypercorn.config import Config as HypercornConfig
+
+from .config import ConfigError, Settings, settings_from_env
+from .protocol.resume import generate_key
+
+logger = logging.getLogger("ext_tasks.cli")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ext-tasks", description="MCP 2026-07-28 server with tasks and MRTR")
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="serve the tools of a module at http://HOST:PORT/mcp")
+    serve.add_argument("--host", help="address to bind (EXT_TASKS_HOST, default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port to bind, 0 for any free one (EXT_TASKS_PORT, default 3001)")
+    serve.add_argument("--tools", help="module defining `registry` (EXT_TASKS_TOOLS, default: the demo tools)")
+    serve.add_argument("--workers", type=int, help="server processes (EXT_TASKS_WORKERS, default 1)")
+    serve.add_argument("--log-level", help="debug, info, warning or error (EXT_TASKS_LOG_LEVEL, default info)")
+    commands.add_parser("keygen", help="print a new requestState key for EXT_TASKS_STATE_KEYS")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "keygen":
+        print(generate_key())  # noqa: T201 - the command's output
+        return 0
+    try:
+        settings = (
+            settings_from_env()
+            .with_overrides(host=args.host, port=args.port, tools=args.tools, workers=args.workers, log_level=args.log_level)
+            .validate()
+        )
+    except ConfigError as exc:
+        print(f"ext-tasks: configuration error: {exc}", file=sys.stderr)  # noqa: T201
+        return 2
+    _configure_logging(settings.log_level)
+    try:
+        return _serve(settings)
+    except ConfigError as exc:
+        print(f"ext-tasks: configuration error: {exc}", file=sys.stderr)  # noqa: T201
+        return 2
+
+
+def _configure_logging(level: str) -> None:
+    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def _hypercorn_config(settings: Settings) -> HypercornConfig:
+    config = HypercornConfig()
+    config.bind = [f"[{settings.host}]:{settings.port}" if ":" in settings.host else f"{settings.host}:{settings.port}"]
+    config.accesslog = None  # an access log costs a quarter of the throughput (performance.md §3)
+    config.keep_alive_max_requests = 10**9
+    config.backlog = 1024
+    config.graceful_timeout = 5.0
+    config.worker_class = "uvloop" if sys.platform != "win32" else "asyncio"
+    return config
+
+
+def _serve(settings: Settings) -> int:
+    config = _hypercorn_config(settings)
+    if settings.workers > 1:
+        from hypercorn.run import run
+
+        # Each hypercorn worker process builds its own app from the environment (see app_from_env).
+        os.environ.update(_env_for_children(settings))
+        config.workers = settings.workers
+        config.application_path = "ext_tasks.cli:app_from_env()"
+        return int(run(config) or 0)
+    app = app_from_settings(settings)
+    return _run_single(app, config)
+
+
+def _env_for_children(settings: Settings) -> dict[str, str]:
+    return {
+        "EXT_TASKS_HOST": settings.host,
+        "EXT_TASKS_PORT": str(settings.port),
+        "EXT_TASKS_TOOLS": settings.tools,
+        "EXT_TASKS_WORKERS": str(settings.workers),
+        "EXT_TASKS_LOG_LEVEL": settings.log_level,
+    }
+
+
+def app_from_settings(settings: Settings):  # type: ignore[no-untyped-def]  # noqa: ANN201 - litestar type stays in http
+    from .http import create_app
+    from .server import build_authenticator, build_engine, load_registry
+
+    registry = load_registry(settings.tools)
+    engine = build_engine(registry, settings)
+    return create_app(engine, settings, build_authenticator(settings))
+
+
+def app_from_env():  # type: ignore[no-untyped-def]  # noqa: ANN201
+    """The app of one hypercorn worker process when ``--workers`` > 1."""
+    settings = settings_from_env().validate()
+    _configure_logging(settings.log_level)
+    return app_from_settings(settings)
+
+
+def _run_single(app: object, config: HypercornConfig) -> int:
+    from hypercorn.asyncio import serve
+
+    try:
+        import uvloop
+
+        runner = uvloop.run
+    except ImportError:  # pragma: no cover - uvloop is a dependency on POSIX
+        runner = asyncio.run
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        await serve(app, config, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
+
+    runner(main())
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

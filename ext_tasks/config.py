@@ -1,0 +1,150 @@
+"""Settings, read once at start from ``EXT_TASKS_*`` variables and CLI flags, and validated then.
+
+Secrets (requestState keys, bearer tokens) are kept out of ``repr`` so they never reach a log line.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from .auth import parse_token_map
+from .protocol.resume import parse_key
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+
+class ConfigError(ValueError):
+    """A setting is invalid or a combination of settings is unsafe; the server refuses to start."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    host: str = "127.0.0.1"
+    port: int = 3001
+    tools: str = "ext_tasks.examples.demo"
+    workers: int = 1
+    state_keys: tuple[bytes, ...] = field(default=(), repr=False)
+    state_ttl_s: int = 600
+    state_encrypt: bool = False
+    audience: str | None = None
+    max_body_bytes: int = 4 * 1024 * 1024
+    allowed_hosts: tuple[str, ...] = ()
+    allowed_origins: tuple[str, ...] = ()
+    cache_ttl_ms: int = 60_000
+    keepalive_s: float = 15.0
+    tokens: Mapping[str, str] = field(default_factory=dict, repr=False)
+    log_level: str = "info"
+
+    @property
+    def bound_to_loopback(self) -> bool:
+        return self.host in LOOPBACK_HOSTS
+
+    @property
+    def several_processes_answer(self) -> bool:
+        """True when a retry may reach a process other than the one that issued its state."""
+        return self.workers > 1
+
+    def validate(self) -> Settings:
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"port must be between 0 and 65535, not {self.port}")
+        if self.workers < 1:
+            raise ConfigError("workers must be at least 1")
+        if self.several_processes_answer and not self.state_keys:
+            raise ConfigError(
+                "several processes can answer requests, so they must share requestState keys: "
+                "set EXT_TASKS_STATE_KEYS (generate one with `ext-tasks keygen`)"
+            )
+        if self.state_ttl_s <= 0:
+            raise ConfigError("EXT_TASKS_STATE_TTL_S must be positive")
+        if self.max_body_bytes < 1024:
+            raise ConfigError("EXT_TASKS_MAX_BODY_BYTES must be at least 1024")
+        if self.cache_ttl_ms < 0:
+            raise ConfigError("EXT_TASKS_CACHE_TTL_MS must not be negative")
+        if self.keepalive_s <= 0:
+            raise ConfigError("EXT_TASKS_KEEPALIVE_S must be positive")
+        return self
+
+    def with_overrides(self, **overrides: Any) -> Settings:
+        return replace(self, **{name: value for name, value in overrides.items() if value is not None})
+
+
+def _split(text: str) -> tuple[str, ...]:
+    return tuple(item.strip() for item in text.replace("\n", ",").split(",") if item.strip())
+
+
+def _keys(env: Mapping[str, str]) -> tuple[bytes, ...]:
+    texts: list[str] = list(_split(env.get("EXT_TASKS_STATE_KEYS", "")))
+    key_file = env.get("EXT_TASKS_STATE_KEYS_FILE")
+    if key_file:
+        try:
+            lines = Path(key_file).read_text().splitlines()
+        except OSError as exc:
+            raise ConfigError(f"cannot read EXT_TASKS_STATE_KEYS_FILE: {exc.strerror}") from None
+        texts.extend(line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#"))
+    keys = []
+    for index, text in enumerate(texts):
+        try:
+            keys.append(parse_key(text))
+        except ValueError as exc:
+            # Say which key is wrong, never what it is.
+            raise ConfigError(f"requestState key #{index + 1}: {exc}") from None
+    return tuple(keys)
+
+
+def _tokens(env: Mapping[str, str]) -> dict[str, str]:
+    text = env.get("EXT_TASKS_TOKENS", "")
+    token_file = env.get("EXT_TASKS_TOKENS_FILE")
+    if token_file:
+        try:
+            text += "\n" + Path(token_file).read_text()
+        except OSError as exc:
+            raise ConfigError(f"cannot read EXT_TASKS_TOKENS_FILE: {exc.strerror}") from None
+    try:
+        return parse_token_map(text)
+    except ValueError as exc:
+        raise ConfigError(f"EXT_TASKS_TOKENS: {exc}") from None
+
+
+def _number(env: Mapping[str, str], name: str, default: float, kind: type[int] | type[float] = int) -> Any:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return kind(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a number, not {raw!r}") from None
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    raw = env.get(name, "").strip().lower()
+    if raw in ("", "0", "false", "no", "off"):
+        return False
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    raise ConfigError(f"{name} must be true or false, not {raw!r}")
+
+
+def settings_from_env(env: Mapping[str, str] | None = None) -> Settings:
+    env = os.environ if env is None else env
+    defaults = Settings()
+    return Settings(
+        host=env.get("EXT_TASKS_HOST", defaults.host),
+        port=_number(env, "EXT_TASKS_PORT", defaults.port),
+        tools=env.get("EXT_TASKS_TOOLS", defaults.tools),
+        workers=_number(env, "EXT_TASKS_WORKERS", defaults.workers),
+        state_keys=_keys(env),
+        state_ttl_s=_number(env, "EXT_TASKS_STATE_TTL_S", defaults.state_ttl_s),
+        state_encrypt=_flag(env, "EXT_TASKS_STATE_ENCRYPT"),
+        audience=env.get("EXT_TASKS_AUDIENCE") or None,
+        max_body_bytes=_number(env, "EXT_TASKS_MAX_BODY_BYTES", defaults.max_body_bytes),
+        allowed_hosts=_split(env.get("EXT_TASKS_ALLOWED_HOSTS", "")),
+        allowed_origins=_split(env.get("EXT_TASKS_ALLOWED_ORIGINS", "")),
+        cache_ttl_ms=_number(env, "EXT_TASKS_CACHE_TTL_MS", defaults.cache_ttl_ms),
+        keepalive_s=_number(env, "EXT_TASKS_KEEPALIVE_S", defaults.keepalive_s, float),
+        tokens=_tokens(env),
+        log_level=env.get("EXT_TASKS_LOG_LEVEL", defaults.log_level),
+    )

@@ -1,0 +1,247 @@
+"""What a tool, prompt or resource function sees of its request, and how it asks the client for input.
+
+Asking for input works by re-running: a function asks (``await ctx.elicit(...)``, ``ctx.ask({...})``
+or ``raise InputRequired(...)``); if the answer is not there yet, the call ends with an
+``input_required`` result carrying a signed ``requestState``; when the client retries with answers,
+the function runs again from the top and this time the same call returns the answer. Answers from
+every earlier round stay available, so a function can ask step by step in straight-line code. Nothing
+waits in memory for the client, so the retry may land on any instance that shares the keys.
+
+Side effects before the last question therefore run once per round: keep them after the questions,
+or make them idempotent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from .auth import Principal
+from .protocol.envelope import LOG_LEVELS, Envelope
+from .protocol.errors import MissingClientCapability
+from .protocol.wire import CreateMessageResult, ElicitResult, ListRootsResult, Root
+
+Emit = Callable[[str, dict[str, Any]], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class InputRequest:
+    """One request for input, as it appears under a key of ``inputRequests``."""
+
+    method: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def to_wire(self) -> dict[str, Any]:
+        if self.method == "roots/list" and not self.params:
+            return {"method": self.method}
+        return {"method": self.method, "params": self.params}
+
+    def required_capability(self) -> dict[str, Any]:
+        """The client capability this request needs, in ``ClientCapabilities`` shape."""
+        if self.method == "elicitation/create":
+            return {"elicitation": {"url": {}}} if self.params.get("mode") == "url" else {"elicitation": {}}
+        if self.method == "sampling/createMessage":
+            return {"sampling": {"tools": {}}} if self.params.get("tools") else {"sampling": {}}
+        return {"roots": {}}
+
+    def parse_answer(self, answer: Mapping[str, Any]) -> Any:
+        """The typed answer, or ``None`` when it does not answer this request (then it is asked again)."""
+        try:
+            if self.method == "elicitation/create":
+                result = ElicitResult.model_validate(answer)
+                return result if _fits_requested_schema(result, self.params.get("requestedSchema")) else None
+            if self.method == "sampling/createMessage":
+                return CreateMessageResult.model_validate(answer)
+            return ListRootsResult.model_validate(answer)
+        except ValidationError:
+            return None
+
+
+def client_has(capabilities: Mapping[str, Any], required: Mapping[str, Any]) -> bool:
+    """Whether declared ``capabilities`` cover ``required`` (both ``ClientCapabilities``-shaped)."""
+    for name, sub in required.items():
+        declared = capabilities.get(name)
+        if not isinstance(declared, dict):
+            return False
+        if name == "elicitation" and not sub and declared and "form" not in declared:
+            return False  # `{}` means form only; an object naming only `url` does not include form
+        if isinstance(sub, dict) and sub and not client_has(declared, sub):
+            return False
+    return True
+
+
+def _fits_requested_schema(result: ElicitResult, schema: object) -> bool:
+    if result.action != "accept" or not isinstance(schema, dict):
+        return True
+    content = result.content
+    if content is None:
+        return False
+    properties = schema.get("properties") or {}
+    for name in schema.get("required") or ():
+        if name not in content:
+            return False
+    for name, value in content.items():
+        spec = properties.get(name)
+        if isinstance(spec, dict) and not _matches_type(spec.get("type"), value):
+            return False
+    return True
+
+
+def _matches_type(kind: object, value: object) -> bool:
+    checks: dict[object, Callable[[object], bool]] = {
+        "string": lambda v: isinstance(v, str),
+        "boolean": lambda v: isinstance(v, bool),
+        "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+        "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+    }
+    check = checks.get(kind)
+    return check is None or check(value)
+
+
+class InputRequired(Exception):  # noqa: N818 - named after the protocol's result type, not an error
+    """Raised by a function that cannot go on without answers from the client.
+
+    ``requests`` may be empty: a state-only ``input_required`` result asks the client to retry at once
+    (load shedding, hand-off). ``state`` is the function's own small JSON state for the next round.
+    """
+
+    def __init__(self, requests: Mapping[str, InputRequest] | None = None, *, state: Any = None) -> None:
+        super().__init__("input required")
+        self.requests = dict(requests or {})
+        self.state = state
+
+
+class ToolError(Exception):
+    """Raised by a tool to end with an ``isError`` result whose text is this message."""
+
+
+def elicit(message: str, schema: Mapping[str, Any] | type[BaseModel]) -> InputRequest:
+    """A form elicitation; ``schema`` is a flat JSON object schema or a pydantic model."""
+    requested = schema.model_json_schema() if isinstance(schema, type) else dict(schema)
+    requested.pop("title", None)
+    return InputRequest("elicitation/create", {"mode": "form", "message": message, "requestedSchema": requested})
+
+
+def elicit_url(message: str, url: str) -> InputRequest:
+    return InputRequest("elicitation/create", {"mode": "url", "message": message, "url": url})
+
+
+def sample(prompt: str | list[dict[str, Any]], *, max_tokens: int, system_prompt: str | None = None) -> InputRequest:
+    """A sampling request; ``prompt`` is one user text or a list of ``SamplingMessage`` objects."""
+    messages = [{"role": "user", "content": {"type": "text", "text": prompt}}] if isinstance(prompt, str) else prompt
+    params: dict[str, Any] = {"messages": messages, "maxTokens": max_tokens}
+    if system_prompt is not None:
+        params["systemPrompt"] = system_prompt
+    return InputRequest("sampling/createMessage", params)
+
+
+def list_roots() -> InputRequest:
+    return InputRequest("roots/list")
+
+
+async def _no_emit(method: str, params: dict[str, Any]) -> None:
+    return None
+
+
+class Context:
+    """The per-request view a function gets when it declares a parameter annotated ``Context``."""
+
+    def __init__(
+        self,
+        *,
+        principal: Principal,
+        envelope: Envelope,
+        answers: Mapping[str, dict[str, Any]] | None = None,
+        state: Any = None,
+        emit: Emit = _no_emit,
+        task_id: str | None = None,
+    ) -> None:
+        self.principal = principal
+        self.envelope = envelope
+        self.state = state
+        self.task_id = task_id
+        self._answers = dict(answers or {})
+        self._emit = emit
+
+    @property
+    def client_capabilities(self) -> Mapping[str, Any]:
+        return self.envelope.client_capabilities
+
+    @property
+    def client_info(self) -> Mapping[str, Any] | None:
+        return self.envelope.client_info
+
+    @property
+    def answers(self) -> Mapping[str, dict[str, Any]]:
+        """Raw answers received so far (this round's and every earlier round's), by key."""
+        return self._answers
+
+    def supports(self, request_or_capability: InputRequest | Mapping[str, Any]) -> bool:
+        """Whether this request's client declared what ``request_or_capability`` needs."""
+        required = (
+            request_or_capability.required_capability()
+            if isinstance(request_or_capability, InputRequest)
+            else request_or_capability
+        )
+        return client_has(self.client_capabilities, required)
+
+    def require(self, capability: Mapping[str, Any]) -> None:
+        """Fail with -32021 unless the client declared ``capability`` on this request."""
+        if not client_has(self.client_capabilities, capability):
+            raise MissingClientCapability(capability)
+
+    def answer(self, key: str, request: InputRequest) -> Any:
+        """The typed answer to ``request`` under ``key`` if one was given and fits, else ``None``."""
+        raw = self._answers.get(key)
+        return None if raw is None else request.parse_answer(raw)
+
+    def ask(self, requests: Mapping[str, InputRequest]) -> dict[str, Any]:
+        """Typed answers to every request, or raise :class:`InputRequired` for the ones still missing."""
+        answered: dict[str, Any] = {}
+        missing: dict[str, InputRequest] = {}
+        for key, request in requests.items():
+            parsed = self.answer(key, request)
+            if parsed is None:
+                missing[key] = request
+            else:
+                answered[key] = parsed
+        if missing:
+            raise InputRequired(missing, state=self.state)
+        return answered
+
+    async def elicit(self, key: str, message: str, schema: Mapping[str, Any] | type[BaseModel]) -> ElicitResult:
+        result: ElicitResult = self.ask({key: elicit(message, schema)})[key]
+        return result
+
+    async def sample(self, key: str, prompt: str | list[dict[str, Any]], *, max_tokens: int) -> CreateMessageResult:
+        result: CreateMessageResult = self.ask({key: sample(prompt, max_tokens=max_tokens)})[key]
+        return result
+
+    async def list_roots(self, key: str) -> list[Root]:
+        result: ListRootsResult = self.ask({key: list_roots()})[key]
+        return result.roots
+
+    async def report_progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
+        """Send ``notifications/progress`` if the request carried a ``progressToken``; otherwise nothing."""
+        token = self.envelope.progress_token
+        if token is None:
+            return
+        params: dict[str, Any] = {"progressToken": token, "progress": progress}
+        if total is not None:
+            params["total"] = total
+        if message is not None:
+            params["message"] = message
+        await self._emit("notifications/progress", params)
+
+    async def log(self, level: str, data: Any, logger: str | None = None) -> None:
+        """Send ``notifications/message`` at ``level`` if the request asked for logs at or below it."""
+        wanted = self.envelope.log_level
+        if wanted is None or LOG_LEVELS.index(level) < LOG_LEVELS.index(wanted):
+            return
+        params: dict[str, Any] = {"level": level, "data": data}
+        if logger is not None:
+            params["logger"] = logger
+        await self._emit("notifications/message", params)

@@ -1,0 +1,221 @@
+"""The engine: one request in (body bytes, headers, principal), one reply out.
+
+This is the single place where exceptions become JSON-RPC errors: a :class:`ProtocolError` becomes its
+own code and HTTP status, anything else becomes -32603 with the traceback in the server log only.
+
+A reply is JSON, or an SSE stream when the request may receive notifications (``progressToken`` or
+``logLevel`` in ``_meta``, and ``subscriptions/listen``). A streamable request that emits nothing
+before it finishes is still answered as plain JSON, with its proper HTTP status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+from .auth import Principal
+from .context import Emit
+from .methods import CacheOptions, Call, CoreMethods
+from .notify import ChangeEvent, ChangeHub
+from .protocol.envelope import Headers, check_envelope
+from .protocol.errors import InternalError, InvalidRequest, MethodNotFound, ProtocolError
+from .protocol.jsonrpc import (
+    Notification,
+    Request,
+    RequestId,
+    Response,
+    decode_message,
+    error_message,
+    notification_message,
+    result_message,
+)
+from .protocol.resume import ResumeCodec
+from .protocol.versions import META_SERVER_INFO, META_SUBSCRIPTION_ID
+from .protocol.wire import ListenParams, validate_params
+from .tools import ChangeKind, ToolRegistry
+
+logger = logging.getLogger("ext_tasks.engine")
+
+Message = dict[str, Any]
+#: ``None`` in a stream stands for a keep-alive (an SSE comment).
+StreamItem = Message | None
+
+STREAMABLE: Final = frozenset({"tools/call", "prompts/get", "resources/read"})
+_LIST_CHANGED: Final = {
+    "tools": ("toolsListChanged", "notifications/tools/list_changed"),
+    "prompts": ("promptsListChanged", "notifications/prompts/list_changed"),
+    "resources": ("resourcesListChanged", "notifications/resources/list_changed"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class JsonReply:
+    status: int
+    message: Message | None  # None: 202 Accepted with no body
+
+
+@dataclass(frozen=True, slots=True)
+class StreamReply:
+    items: AsyncIterator[StreamItem]
+    status: int = 200
+
+
+Reply = JsonReply | StreamReply
+
+
+@dataclass(frozen=True, slots=True)
+class EngineOptions:
+    cache_ttl_ms: int = 60_000
+    cache_scope: str = "public"
+    keepalive_s: float = 15.0
+
+
+class Engine:
+    def __init__(self, registry: ToolRegistry, codec: ResumeCodec, options: EngineOptions | None = None) -> None:
+        self.options = options or EngineOptions()
+        self.registry = registry
+        self.hub = ChangeHub()
+        self.core = CoreMethods(registry, codec, CacheOptions(self.options.cache_ttl_ms, self.options.cache_scope))
+        self._handlers = self.core.table()
+        self._server_info = {"name": registry.name, "version": registry.version}
+        registry.on_change(self._list_changed)
+
+    def _list_changed(self, kind: ChangeKind, uri: str | None) -> None:
+        self.hub.publish(ChangeEvent(kind=kind, uri=uri))
+
+    def close(self) -> None:
+        """End open subscription streams gracefully (server shutdown)."""
+        self.hub.close()
+
+    async def handle(self, body: bytes, headers: Headers, principal: Principal) -> Reply:
+        try:
+            message = decode_message(body)
+        except ProtocolError as exc:
+            return JsonReply(exc.http_status, error_message(None, exc))
+        if isinstance(message, Notification):
+            # The only client notification of 2026-07-28 is notifications/cancelled, used on stdio only.
+            return JsonReply(202, None)
+        if isinstance(message, Response):
+            error = InvalidRequest("Invalid Request: this server sends no requests, so it accepts no responses")
+            return JsonReply(error.http_status, error_message(message.id, error))
+        return await self._handle_request(message, headers, principal)
+
+    async def _handle_request(self, request: Request, headers: Headers, principal: Principal) -> Reply:
+        try:
+            envelope = check_envelope(request, headers, self._header_params(request))
+            if request.method == "subscriptions/listen":
+                return self._listen(request)
+            handler = self._handlers.get(request.method)
+            if handler is None:
+                raise MethodNotFound(f"Method not found: {request.method}")
+            if request.method in STREAMABLE and envelope.wants_stream():
+                return await self._maybe_stream(request, lambda emit: handler(Call(request, envelope, principal, emit)))
+            result = await handler(Call(request, envelope, principal, _drop))
+        except ProtocolError as exc:
+            return JsonReply(exc.http_status, error_message(request.id, exc))
+        except Exception:
+            return self._internal_error(request)
+        return JsonReply(200, self._result(request.id, result))
+
+    def _header_params(self, request: Request) -> dict[str, str] | None:
+        if request.method != "tools/call":
+            return None
+        tool = self.registry.tools.get(request.params.get("name"))  # type: ignore[arg-type]
+        return tool.header_params if tool is not None else None
+
+    def _result(self, request_id: RequestId, result: dict[str, Any]) -> Message:
+        meta = result.get("_meta")
+        result["_meta"] = {**meta, META_SERVER_INFO: self._server_info} if meta else {META_SERVER_INFO: self._server_info}
+        return result_message(request_id, result)
+
+    def _internal_error(self, request: Request) -> JsonReply:
+        logger.exception("internal error handling %s", request.method)
+        error = InternalError("Internal error")
+        return JsonReply(error.http_status, error_message(request.id, error))
+
+    # --- requests that may stream notifications ---------------------------------------------------
+
+    async def _maybe_stream(self, request: Request, run: Callable[[Emit], Awaitable[dict[str, Any]]]) -> Reply:
+        queue: asyncio.Queue[Message] = asyncio.Queue()
+
+        async def emit(method: str, params: dict[str, Any]) -> None:
+            await queue.put(notification_message(method, params))
+
+        async def guarded() -> JsonReply:
+            try:
+                return JsonReply(200, self._result(request.id, await run(emit)))
+            except ProtocolError as exc:
+                return JsonReply(exc.http_status, error_message(request.id, exc))
+            except Exception:
+                return self._internal_error(request)
+
+        work = asyncio.create_task(guarded())
+        first = asyncio.create_task(queue.get())
+        await asyncio.wait({work, first}, return_when=asyncio.FIRST_COMPLETED)
+        if not first.done():
+            first.cancel()
+            return work.result()
+        return StreamReply(self._drain(first.result(), queue, work))
+
+    @staticmethod
+    async def _drain(first: Message, queue: asyncio.Queue[Message], work: asyncio.Task[JsonReply]) -> AsyncIterator[StreamItem]:
+        try:
+            yield first
+            while True:
+                getter = asyncio.create_task(queue.get())
+                await asyncio.wait({work, getter}, return_when=asyncio.FIRST_COMPLETED)
+                if getter.done():
+                    yield getter.result()
+                    continue
+                getter.cancel()
+                while not queue.empty():
+                    yield queue.get_nowait()
+                final = work.result().message
+                if final is not None:
+                    yield final
+                return
+        finally:
+            # Closing the stream is how an HTTP client cancels (2026-07-28 transport): stop the work.
+            work.cancel()
+
+    # --- subscriptions/listen ---------------------------------------------------------------------
+
+    def _listen(self, request: Request) -> StreamReply:
+        params = validate_params(ListenParams, request.params)
+        wanted = params.notifications
+        honored: dict[str, Any] = {}
+        for kind in ("tools", "prompts", "resources"):
+            flag = _LIST_CHANGED[kind][0]
+            if getattr(wanted, f"{kind}_list_changed"):
+                honored[flag] = True
+        if wanted.resource_subscriptions:
+            honored["resourceSubscriptions"] = list(wanted.resource_subscriptions)
+        return StreamReply(self._subscription(request.id, honored))
+
+    async def _subscription(self, subscription_id: RequestId, honored: dict[str, Any]) -> AsyncIterator[StreamItem]:
+        meta = {META_SUBSCRIPTION_ID: subscription_id}
+        watched = set(honored.get("resourceSubscriptions", ()))
+        async with self.hub.subscribe() as events:
+            yield notification_message("notifications/subscriptions/acknowledged", {"_meta": meta, "notifications": honored})
+            while True:
+                try:
+                    event = await asyncio.wait_for(events.get(), timeout=self.options.keepalive_s)
+                except TimeoutError:
+                    yield None
+                    continue
+                if ChangeHub.is_closing(event):
+                    yield self._result(subscription_id, {"resultType": "complete", "_meta": dict(meta)})
+                    return
+                if event.kind in _LIST_CHANGED and honored.get(_LIST_CHANGED[event.kind][0]):
+                    yield notification_message(_LIST_CHANGED[event.kind][1], {"_meta": dict(meta)})
+                elif event.kind == "resource" and event.uri in watched:
+                    yield notification_message("notifications/resources/updated", {"_meta": dict(meta), "uri": event.uri})
+
+
+async def _drop(method: str, params: dict[str, Any]) -> None:
+    """Notifications of a request that cannot carry them go nowhere."""
+
+

@@ -1,0 +1,131 @@
+"""The Litestar app: ``POST /mcp``. Origin/Host checks, the body limit, and engine replies as HTTP.
+
+This module never interprets MCP: it hands ``(body, headers, principal)`` to the engine and writes
+what comes back, as one JSON object or as an SSE stream. ``GET``/``DELETE`` on the endpoint answer 405
+(the 2026-07-28 transport has no GET stream and no sessions).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+from litestar import Litestar, Request, Response, post
+from litestar.exceptions import HTTPException
+from litestar.response import Stream
+
+from .auth import Authenticator, Unauthenticated
+from .config import LOOPBACK_HOSTS, Settings
+from .engine import Engine, JsonReply, StreamItem, StreamReply
+from .protocol.errors import BodyTooLarge, ForbiddenOrigin, InvalidRequest, ProtocolError
+from .protocol.jsonrpc import encode, error_message
+
+JSON: Final = "application/json"
+_SSE_HEADERS: Final = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+_KEEPALIVE: Final = b": keepalive\n\n"
+
+
+def _headers(request: Request[Any, Any, Any]) -> dict[str, list[str]]:
+    headers: dict[str, list[str]] = {}
+    for raw_name, raw_value in request.scope["headers"]:
+        headers.setdefault(raw_name.decode("latin-1").lower(), []).append(raw_value.decode("latin-1"))
+    return headers
+
+
+def _host_of(value: str) -> str:
+    """The host part of a Host header (``[::1]:3001`` -> ``[::1]``, ``localhost:80`` -> ``localhost``)."""
+    if value.startswith("["):
+        return value[: value.find("]") + 1]
+    return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
+
+
+class OriginPolicy:
+    """DNS-rebinding protection: a loopback server only answers loopback Host names and origins."""
+
+    def __init__(self, settings: Settings) -> None:
+        hosts = settings.allowed_hosts or (LOOPBACK_HOSTS if settings.bound_to_loopback else ())
+        self._hosts = frozenset(host.lower() for host in hosts)
+        self._origins = frozenset(origin.lower().rstrip("/") for origin in settings.allowed_origins)
+
+    def check(self, headers: dict[str, list[str]]) -> None:
+        host_values = headers.get("host", [])
+        if len(host_values) > 1:
+            raise ForbiddenOrigin("Forbidden: more than one Host header")
+        host = _host_of(host_values[0].strip().lower()) if host_values else ""
+        if self._hosts and host not in self._hosts:
+            raise ForbiddenOrigin("Forbidden: Host not allowed")
+        origins = headers.get("origin")
+        if not origins:
+            return
+        origin = origins[0].strip().lower().rstrip("/")
+        if len(origins) > 1 or not self._origin_allowed(origin, host):
+            raise ForbiddenOrigin("Forbidden: Origin not allowed")
+
+    def _origin_allowed(self, origin: str, host: str) -> bool:
+        if origin in self._origins:
+            return True
+        if self._origins:
+            return False
+        origin_host = _host_of(urlsplit(origin).netloc)
+        # With no list configured: same host as the request, or any loopback origin for a loopback server.
+        return origin_host == host or (bool(self._hosts) and origin_host in self._hosts)
+
+
+def _error_response(error: ProtocolError, request_id: Any = None) -> Response[bytes]:
+    headers = {"WWW-Authenticate": "Bearer"} if isinstance(error, Unauthenticated) else None
+    return Response(
+        content=encode(error_message(request_id, error)), status_code=error.http_status, media_type=JSON, headers=headers
+    )
+
+
+async def _sse(items: AsyncIterator[StreamItem]) -> AsyncIterator[bytes]:
+    async for item in items:
+        yield _KEEPALIVE if item is None else b"event: message\ndata: " + encode(item) + b"\n\n"
+
+
+def create_app(engine: Engine, settings: Settings, authenticator: Authenticator) -> Litestar:
+    policy = OriginPolicy(settings)
+    limit = settings.max_body_bytes
+
+    @post("/mcp", status_code=200)
+    async def mcp(request: Request[Any, Any, Any]) -> Response[bytes] | Stream:
+        headers = _headers(request)
+        try:
+            policy.check(headers)
+            content_type = (headers.get("content-type") or [JSON])[0].split(";")[0].strip().lower()
+            if content_type != JSON:
+                raise InvalidRequest(f"Invalid Request: Content-Type must be {JSON}")
+            principal = authenticator.authenticate(headers)
+            body = await _read_body(request, limit)
+        except ProtocolError as exc:
+            return _error_response(exc)
+        reply = await engine.handle(body, headers, principal)
+        if isinstance(reply, StreamReply):
+            return Stream(_sse(reply.items), media_type="text/event-stream", headers=_SSE_HEADERS)
+        return _json(reply)
+
+    return Litestar(
+        route_handlers=[mcp],
+        request_max_body_size=limit,
+        on_shutdown=[engine.close],
+        openapi_config=None,
+        logging_config=None,
+    )
+
+
+def _json(reply: JsonReply) -> Response[bytes]:
+    if reply.message is None:
+        return Response(content=b"", status_code=202)
+    return Response(content=encode(reply.message), status_code=reply.status, media_type=JSON)
+
+
+async def _read_body(request: Request[Any, Any, Any], limit: int) -> bytes:
+    try:
+        return await request.body()
+    except HTTPException as exc:
+        if exc.status_code == 413:
+            raise BodyTooLarge(f"Request body too large: the limit is {limit} bytes") from None
+        raise InvalidRequest(f"Invalid Request: {exc.detail}") from None
+
+

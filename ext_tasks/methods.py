@@ -1,0 +1,218 @@
+"""Handlers of the 2026-07-28 core methods. Each takes a validated :class:`Call` and returns the result
+object (without ``resultType`` bookkeeping beyond what it decides itself); errors are raised."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .auth import Principal
+from .context import Context, Emit, InputRequired, ToolError
+from .mrtr import binding_for, run_round
+from .protocol.envelope import Envelope
+from .protocol.errors import InternalError, InvalidParams, ProtocolError, ResourceNotFound
+from .protocol.jsonrpc import Request
+from .protocol.resume import ResumeCodec
+from .protocol.versions import MODERN_VERSIONS
+from .protocol.wire import (
+    CallToolParams,
+    CompleteParams,
+    GetPromptParams,
+    ListParams,
+    ReadResourceParams,
+    validate_params,
+)
+from .results import prompt_result, resource_result, tool_error_result, tool_result
+from .tools import ToolRegistry
+
+logger = logging.getLogger("ext_tasks.methods")
+
+Result = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    request: Request
+    envelope: Envelope
+    principal: Principal
+    emit: Emit
+
+
+@dataclass(frozen=True, slots=True)
+class CacheOptions:
+    ttl_ms: int
+    scope: str  # "public" unless results depend on who asks
+
+
+class CoreMethods:
+    def __init__(
+        self, registry: ToolRegistry, codec: ResumeCodec, cache: CacheOptions, extensions: dict[str, Any] | None = None
+    ) -> None:
+        self.registry = registry
+        self.codec = codec
+        self.cache = cache
+        self.extensions = extensions or {}
+
+    def table(self) -> dict[str, Callable[[Call], Awaitable[Result]]]:
+        return {
+            "server/discover": self.discover,
+            "tools/list": self.list_tools,
+            "tools/call": self.call_tool,
+            "prompts/list": self.list_prompts,
+            "prompts/get": self.get_prompt,
+            "resources/list": self.list_resources,
+            "resources/templates/list": self.list_resource_templates,
+            "resources/read": self.read_resource,
+            "completion/complete": self.complete,
+        }
+
+    def capabilities(self) -> dict[str, Any]:
+        capabilities: dict[str, Any] = {
+            "tools": {"listChanged": True},
+            "prompts": {"listChanged": True},
+            "resources": {"listChanged": True, "subscribe": True},
+            "completions": {},
+            "logging": {},
+        }
+        if self.extensions:
+            capabilities["extensions"] = dict(self.extensions)
+        return capabilities
+
+    def _cacheable(self, result: Result, ttl_ms: int | None = None) -> Result:
+        result["resultType"] = "complete"
+        result["ttlMs"] = self.cache.ttl_ms if ttl_ms is None else ttl_ms
+        result["cacheScope"] = self.cache.scope
+        return result
+
+    # --- discovery and lists ----------------------------------------------------------------------
+
+    async def discover(self, call: Call) -> Result:
+        result: Result = {"supportedVersions": list(MODERN_VERSIONS), "capabilities": self.capabilities()}
+        if self.registry.instructions:
+            result["instructions"] = self.registry.instructions
+        return self._cacheable(result)
+
+    async def list_tools(self, call: Call) -> Result:
+        _no_cursor(call)
+        return self._cacheable({"tools": [tool.describe() for tool in self.registry.tools.values()]})
+
+    async def list_prompts(self, call: Call) -> Result:
+        _no_cursor(call)
+        return self._cacheable({"prompts": [prompt.describe() for prompt in self.registry.prompts.values()]})
+
+    async def list_resources(self, call: Call) -> Result:
+        _no_cursor(call)
+        return self._cacheable({"resources": [item.describe() for item in self.registry.resources.values()]})
+
+    async def list_resource_templates(self, call: Call) -> Result:
+        _no_cursor(call)
+        templates = [item.describe() for item in self.registry.templates.values()]
+        return self._cacheable({"resourceTemplates": templates})
+
+    # --- the three methods that may ask for input --------------------------------------------------
+
+    async def call_tool(self, call: Call) -> Result:
+        params = validate_params(CallToolParams, call.request.params)
+        tool = self.registry.tools.get(params.name)
+        if tool is None:
+            raise InvalidParams(f"Unknown tool: {params.name}")
+        arguments = params.arguments or {}
+
+        async def body(ctx: Context) -> Result:
+            kwargs = tool.bind(arguments, ctx)
+            try:
+                value = await tool.fn(**kwargs)
+            except (InputRequired, ProtocolError):
+                raise
+            except ToolError as exc:
+                return tool_error_result(str(exc))
+            except Exception:
+                # The exception text may hold anything (paths, secrets); the client gets a generic line.
+                logger.exception("tool %s raised", tool.name)
+                return tool_error_result(f"Tool {tool.name!r} failed with an internal error")
+            return tool_result(value)
+
+        return await self._round(call, "tools/call", params.name, arguments, body)
+
+    async def get_prompt(self, call: Call) -> Result:
+        params = validate_params(GetPromptParams, call.request.params)
+        prompt = self.registry.prompts.get(params.name)
+        if prompt is None:
+            raise InvalidParams(f"Unknown prompt: {params.name}")
+        arguments = params.arguments or {}
+
+        async def body(ctx: Context) -> Result:
+            value = await _call_or_internal(prompt.fn(**prompt.signature.bind(arguments, ctx)), f"prompt {prompt.name}")
+            return prompt_result(value, prompt.description)
+
+        return await self._round(call, "prompts/get", params.name, arguments, body)
+
+    async def read_resource(self, call: Call) -> Result:
+        params = validate_params(ReadResourceParams, call.request.params)
+        found = self.registry.find_resource(params.uri)
+        if found is None:
+            raise ResourceNotFound(params.uri)
+        resource, variables = found
+
+        async def body(ctx: Context) -> Result:
+            value = await _call_or_internal(resource.fn(**resource.signature.bind(variables, ctx)), f"resource {params.uri}")
+            return self._cacheable(resource_result(params.uri, resource.mime_type, value), ttl_ms=0)
+
+        return await self._round(call, "resources/read", params.uri, {}, body)
+
+    async def _round(
+        self,
+        call: Call,
+        method: str,
+        target: str,
+        arguments: dict[str, Any],
+        body: Callable[[Context], Awaitable[Result]],
+    ) -> Result:
+        return await run_round(
+            self.codec,
+            binding=binding_for(method, target, arguments, call.principal),
+            params=call.request.params,
+            envelope=call.envelope,
+            principal=call.principal,
+            emit=call.emit,
+            body=body,
+        )
+
+    # --- completion -------------------------------------------------------------------------------
+
+    async def complete(self, call: Call) -> Result:
+        params = validate_params(CompleteParams, call.request.params)
+        ref = params.ref.name if params.ref.type == "ref/prompt" else params.ref.uri
+        if ref is None:
+            raise InvalidParams("Invalid params: ref needs a name (prompt) or uri (resource)")
+        if params.ref.type == "ref/prompt" and ref not in self.registry.prompts:
+            raise InvalidParams(f"Unknown prompt: {ref}")
+        completer = self.registry.completers.get((params.ref.type, ref))
+        values: list[str] = []
+        if completer is not None:
+            context_arguments = (params.context.arguments if params.context else None) or {}
+            values = await completer(params.argument.name, params.argument.value, context_arguments)
+        # The spec caps one response at 100 values; `hasMore` says there were more.
+        return {
+            "resultType": "complete",
+            "completion": {"values": values[:100], "total": len(values), "hasMore": len(values) > 100},
+        }
+
+
+async def _call_or_internal(awaitable: Awaitable[Any], what: str) -> Any:
+    try:
+        return await awaitable
+    except (InputRequired, ProtocolError):
+        raise
+    except Exception:
+        logger.exception("%s raised", what)
+        raise InternalError(f"Internal error in {what}") from None
+
+
+def _no_cursor(call: Call) -> None:
+    params = validate_params(ListParams, call.request.params)
+    if params.cursor is not None:
+        # Every list fits in one page, so this server never hands out a cursor.
+        raise InvalidParams("Invalid params: unknown cursor")

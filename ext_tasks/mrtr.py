@@ -1,0 +1,106 @@
+"""The multi round-trip driver: run a function once per round, and seal what the next round needs.
+
+One round of ``tools/call``, ``prompts/get`` or ``resources/read``:
+
+1. validate ``inputResponses`` (-32602 if malformed) and, if present, unseal ``requestState`` for this
+   exact request and caller (-32602 with a fixed message on any failure);
+2. run the function with every answer so far and its own state;
+3. if it raised :class:`InputRequired`, check that the client declared what each question needs
+   (-32021 otherwise, never a silent drop) and answer ``input_required`` with a freshly sealed state
+   that carries the answers collected so far.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from .auth import Principal
+from .context import Context, Emit, InputRequest, InputRequired, client_has
+from .protocol.envelope import Envelope
+from .protocol.errors import InvalidParams, InvalidRequestState, MissingClientCapability
+from .protocol.resume import Binding, ResumeCodec, digest_arguments
+from .protocol.wire import parse_input_responses
+
+logger = logging.getLogger("ext_tasks.mrtr")
+
+Outcome = dict[str, Any]
+
+
+def binding_for(method: str, target: str, arguments: Mapping[str, Any] | None, principal: Principal) -> Binding:
+    return Binding(method=method, target=target, arguments_digest=digest_arguments(arguments), principal=principal.id)
+
+
+async def run_round(
+    codec: ResumeCodec,
+    *,
+    binding: Binding,
+    params: Mapping[str, Any],
+    envelope: Envelope,
+    principal: Principal,
+    emit: Emit,
+    body: Callable[[Context], Awaitable[Outcome]],
+    task_id: str | None = None,
+) -> Outcome:
+    """Run ``body`` for one round and return the result object (``complete`` or ``input_required``)."""
+    answers, state = _restore(codec, binding, params)
+    ctx = Context(principal=principal, envelope=envelope, answers=answers, state=state, emit=emit, task_id=task_id)
+    try:
+        result = await body(ctx)
+    except InputRequired as asked:
+        return input_required_result(
+            codec, binding, asked.requests, asked.state if asked.state is not None else ctx.state, answers, envelope
+        )
+    result["resultType"] = "complete"
+    return result
+
+
+def _restore(codec: ResumeCodec, binding: Binding, params: Mapping[str, Any]) -> tuple[dict[str, Any], Any]:
+    fresh = parse_input_responses(dict(params))
+    if "requestState" not in params:
+        return fresh, None
+    try:
+        claims = codec.unseal(params["requestState"], binding)
+    except InvalidRequestState as exc:
+        # The reason is for operators only; the client gets one fixed message whatever went wrong.
+        logger.warning(
+            "requestState rejected",
+            extra={"reason": exc.reason, "method": binding.method, "target": binding.target},
+        )
+        raise
+    # Answers of this round win over earlier ones under the same key.
+    return {**claims.responses, **fresh}, claims.state
+
+
+def input_required_result(
+    codec: ResumeCodec,
+    binding: Binding,
+    requests: Mapping[str, InputRequest],
+    state: Any,
+    answers: Mapping[str, Any],
+    envelope: Envelope,
+) -> Outcome:
+    missing: dict[str, Any] = {}
+    for request in requests.values():
+        required = request.required_capability()
+        if not client_has(envelope.client_capabilities, required):
+            _merge(missing, required)
+    if missing:
+        raise MissingClientCapability(missing)
+    for key in requests:
+        if not isinstance(key, str) or not key:
+            raise InvalidParams("input request keys must be non-empty strings")
+    result: Outcome = {"resultType": "input_required"}
+    if requests:
+        result["inputRequests"] = {key: request.to_wire() for key, request in requests.items()}
+    result["requestState"] = codec.seal(binding, state=state, responses=answers)
+    return result
+
+
+def _merge(into: dict[str, Any], extra: Mapping[str, Any]) -> None:
+    for name, value in extra.items():
+        if isinstance(value, dict) and isinstance(into.get(name), dict):
+            _merge(into[name], value)
+        else:
+            into.setdefault(name, value if not isinstance(value, dict) else dict(value))

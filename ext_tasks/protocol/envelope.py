@@ -1,0 +1,198 @@
+"""The per-request envelope check of MCP 2026-07-28: ``_meta`` keys and the SEP-2243 HTTP headers.
+
+``check_envelope(request, headers)`` either returns the validated :class:`Envelope` or raises the
+precise :class:`~.errors.ProtocolError` the spec asks for. The order follows protocol.md §1.7:
+required ``_meta`` (-32602, HTTP 400), ``MCP-Protocol-Version`` equal to ``_meta`` (-32020), version
+supported (-32022), then ``Mcp-Method`` / ``Mcp-Name`` / ``Mcp-Param-*`` against the body (-32020).
+
+Headers arrive as a mapping from the *lower-cased* header name to every value sent under it, so that a
+duplicated header can be refused instead of silently picking one of its values.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from .errors import HeaderMismatch, InvalidParams, MissingMeta, UnsupportedProtocolVersion
+from .jsonrpc import Request
+from .versions import (
+    META_CLIENT_CAPABILITIES,
+    META_CLIENT_INFO,
+    META_LOG_LEVEL,
+    META_PROTOCOL_VERSION,
+    MODERN_VERSIONS,
+)
+
+Headers = Mapping[str, Sequence[str]]
+
+#: Methods whose ``Mcp-Name`` header mirrors a body field, and which field.
+NAME_FIELDS: Final[Mapping[str, str]] = {
+    "tools/call": "name",
+    "prompts/get": "name",
+    "resources/read": "uri",
+    "tasks/get": "taskId",
+    "tasks/update": "taskId",
+    "tasks/cancel": "taskId",
+}
+
+LOG_LEVELS: Final[tuple[str, ...]] = (
+    "debug", "info", "notice", "warning", "error", "critical", "alert", "emergency",
+)
+
+_B64_PREFIX: Final = "=?base64?"
+_B64_SUFFIX: Final = "?="
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """What a valid request says about its caller, per request (nothing is remembered between them)."""
+
+    protocol_version: str
+    client_capabilities: Mapping[str, Any]
+    client_info: Mapping[str, Any] | None
+    log_level: str | None
+    progress_token: str | int | None
+
+    def wants_stream(self) -> bool:
+        """Whether notifications may be sent for this request (so the reply should be SSE)."""
+        return self.progress_token is not None or self.log_level is not None
+
+
+def check_envelope(
+    request: Request,
+    headers: Headers,
+    header_params: Mapping[str, str] | None = None,
+) -> Envelope:
+    """Validate ``request`` and its HTTP headers; ``header_params`` maps ``Mcp-Param-{Name}`` names
+    (as declared by ``x-mcp-header`` in the called tool's input schema) to argument names."""
+    meta = request.params.get("_meta")
+    envelope = _check_meta(meta)
+    _check_protocol_version_header(headers, envelope.protocol_version)
+    if envelope.protocol_version not in MODERN_VERSIONS:
+        raise UnsupportedProtocolVersion(envelope.protocol_version, MODERN_VERSIONS)
+    _expect_header(headers, "mcp-method", "Mcp-Method", request.method)
+    name_field = NAME_FIELDS.get(request.method)
+    if name_field is not None:
+        value = request.params.get(name_field)
+        if isinstance(value, str):
+            _expect_header(headers, "mcp-name", "Mcp-Name", value)
+    if header_params:
+        arguments = request.params.get("arguments")
+        _check_param_headers(headers, header_params, arguments if isinstance(arguments, dict) else {})
+    return envelope
+
+
+def _check_meta(meta: object) -> Envelope:
+    if not isinstance(meta, dict):
+        raise MissingMeta("Invalid params: params._meta is required")
+    version = meta.get(META_PROTOCOL_VERSION)
+    if not isinstance(version, str):
+        raise MissingMeta(f"Invalid params: _meta[{META_PROTOCOL_VERSION!r}] is required")
+    capabilities = meta.get(META_CLIENT_CAPABILITIES)
+    if not isinstance(capabilities, dict):
+        raise MissingMeta(f"Invalid params: _meta[{META_CLIENT_CAPABILITIES!r}] must be an object")
+    client_info = meta.get(META_CLIENT_INFO)
+    log_level = meta.get(META_LOG_LEVEL)
+    if log_level is not None and log_level not in LOG_LEVELS:
+        raise InvalidParams(f"Invalid params: _meta[{META_LOG_LEVEL!r}] must be one of {', '.join(LOG_LEVELS)}")
+    token = meta.get("progressToken")
+    if token is not None and (isinstance(token, bool) or not isinstance(token, str | int)):
+        raise InvalidParams("Invalid params: _meta.progressToken must be a string or an integer")
+    return Envelope(
+        protocol_version=version,
+        client_capabilities=capabilities,
+        client_info=client_info if isinstance(client_info, dict) else None,
+        log_level=log_level,
+        progress_token=token,
+    )
+
+
+def _check_protocol_version_header(headers: Headers, meta_version: str) -> None:
+    header = _single_header(headers, "mcp-protocol-version", "MCP-Protocol-Version")
+    if header is None:
+        raise HeaderMismatch("Header mismatch: required header MCP-Protocol-Version is missing")
+    if header != meta_version:
+        raise HeaderMismatch(
+            f"Header mismatch: MCP-Protocol-Version header value {header!r} does not match "
+            f"_meta protocolVersion {meta_version!r}"
+        )
+
+
+def _expect_header(headers: Headers, key: str, display: str, body_value: str) -> None:
+    header = _single_header(headers, key, display)
+    if header is None:
+        raise HeaderMismatch(f"Header mismatch: required header {display} is missing")
+    if header != body_value:
+        raise HeaderMismatch(
+            f"Header mismatch: {display} header value {header!r} does not match body value {body_value!r}"
+        )
+
+
+def _check_param_headers(headers: Headers, header_params: Mapping[str, str], arguments: Mapping[str, Any]) -> None:
+    for header_name, argument in header_params.items():
+        display = f"Mcp-Param-{header_name}"
+        header = _single_header(headers, display.lower(), display)
+        value = arguments.get(argument)
+        if value is None:
+            if header is not None:
+                raise HeaderMismatch(f"Header mismatch: {display} sent but argument {argument!r} is absent")
+            continue
+        if header is None:
+            raise HeaderMismatch(f"Header mismatch: required header {display} is missing")
+        if not _header_matches(header, value):
+            raise HeaderMismatch(
+                f"Header mismatch: {display} header value {header!r} does not match argument {argument!r}"
+            )
+
+
+def _header_matches(header: str, value: object) -> bool:
+    if isinstance(value, bool):
+        return header == ("true" if value else "false")
+    if isinstance(value, int | float):
+        try:
+            number = float(header)
+        except ValueError:
+            return False
+        return math.isfinite(number) and number == float(value)
+    return isinstance(value, str) and header == value
+
+
+def _single_header(headers: Headers, key: str, display: str) -> str | None:
+    values = headers.get(key)
+    if not values:
+        return None
+    if len(values) > 1:
+        raise HeaderMismatch(f"Header mismatch: header {display} was sent more than once")
+    return decode_header_value(values[0], display)
+
+
+def decode_header_value(raw: str, display: str = "header") -> str:
+    """Trim optional whitespace, refuse characters outside visible ASCII, and decode the
+    ``=?base64?...?=`` form (SEP-2243) used for values that are not plain ASCII."""
+    value = raw.strip(" \t")
+    if any(not (0x20 <= ord(ch) <= 0x7E) for ch in value):
+        raise HeaderMismatch(f"Header mismatch: {display} contains invalid characters")
+    if value.startswith(_B64_PREFIX) and value.endswith(_B64_SUFFIX) and len(value) >= 11:
+        encoded = value[len(_B64_PREFIX) : -len(_B64_SUFFIX)]
+        try:
+            return base64.b64decode(encoded, validate=True).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError):
+            raise HeaderMismatch(f"Header mismatch: {display} has an invalid base64 value") from None
+    return value
+
+
+def encode_header_value(value: str) -> str:
+    """The client-side encoding, used by tests and benchmarks: plain when safe, base64 otherwise."""
+    plain = (
+        value == value.strip(" \t")
+        and all(0x20 <= ord(ch) <= 0x7E for ch in value)
+        and not (value.startswith(_B64_PREFIX) and value.endswith(_B64_SUFFIX))
+    )
+    if plain:
+        return value
+    return _B64_PREFIX + base64.b64encode(value.encode("utf-8")).decode("ascii") + _B64_SUFFIX

@@ -1,0 +1,142 @@
+"""Every protocol failure as a typed exception that knows its JSON-RPC code and its HTTP status.
+
+The tree::
+
+    ProtocolError
+      ParseError(-32700, 400)
+      InvalidRequest(-32600, 400)
+        BodyTooLarge(413)
+        ForbiddenOrigin(403)
+      MethodNotFound(-32601, 404)
+      InvalidParams(-32602)
+        MissingMeta(400)
+        InvalidRequestState
+        ResourceNotFound
+      InternalError(-32603, 500)
+      HeaderMismatch(-32020, 400)
+      MissingClientCapability(-32021, 400)
+      UnsupportedProtocolVersion(-32022, 400)
+
+Raising is the only way the core reports a failure; ``ext_tasks.engine`` is the one place that turns
+these into JSON-RPC error responses (it is the only place that knows the request id).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+HEADER_MISMATCH = -32020
+MISSING_REQUIRED_CLIENT_CAPABILITY = -32021
+UNSUPPORTED_PROTOCOL_VERSION = -32022
+
+
+class ProtocolError(Exception):
+    """A failure the client is told about as a JSON-RPC error."""
+
+    code: ClassVar[int] = INTERNAL_ERROR
+    http_status: ClassVar[int] = 200
+
+    def __init__(self, message: str, *, data: Mapping[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.data = data
+
+    def to_error(self) -> dict[str, Any]:
+        """The JSON-RPC ``error`` member for this failure."""
+        error: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.data is not None:
+            error["data"] = dict(self.data)
+        return error
+
+
+class ParseError(ProtocolError):
+    code = PARSE_ERROR
+    http_status = 400
+
+
+class InvalidRequest(ProtocolError):
+    code = INVALID_REQUEST
+    http_status = 400
+
+
+class BodyTooLarge(InvalidRequest):
+    http_status = 413
+
+
+class ForbiddenOrigin(InvalidRequest):
+    """Origin or Host header not allowed (DNS-rebinding protection)."""
+
+    http_status = 403
+
+
+class MethodNotFound(ProtocolError):
+    code = METHOD_NOT_FOUND
+    http_status = 404
+
+
+class InvalidParams(ProtocolError):
+    code = INVALID_PARAMS
+
+
+class MissingMeta(InvalidParams):
+    """A required per-request ``_meta`` key is absent: the request is malformed (HTTP 400)."""
+
+    http_status = 400
+
+
+class InvalidRequestState(InvalidParams):
+    """The echoed ``requestState`` failed verification.
+
+    The wire message is fixed on purpose: why it failed (expired, foreign key, other principal ...)
+    is logged by the server and never told to a possibly hostile client.
+    """
+
+    WIRE_MESSAGE: ClassVar[str] = "Invalid or expired requestState"
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(self.WIRE_MESSAGE, data={"reason": "invalid_request_state"})
+        self.reason = reason
+
+
+class ResourceNotFound(InvalidParams):
+    def __init__(self, uri: str) -> None:
+        super().__init__(f"Resource not found: {uri}", data={"uri": uri})
+
+
+class InternalError(ProtocolError):
+    code = INTERNAL_ERROR
+    http_status = 500
+
+
+class HeaderMismatch(ProtocolError):
+    code = HEADER_MISMATCH
+    http_status = 400
+
+
+class MissingClientCapability(ProtocolError):
+    code = MISSING_REQUIRED_CLIENT_CAPABILITY
+    http_status = 400
+
+    def __init__(self, required: Mapping[str, Any], message: str | None = None) -> None:
+        names = ", ".join(sorted(required)) or "a capability"
+        super().__init__(
+            message or f"Missing required client capability: {names}",
+            data={"requiredCapabilities": dict(required)},
+        )
+
+
+class UnsupportedProtocolVersion(ProtocolError):
+    code = UNSUPPORTED_PROTOCOL_VERSION
+    http_status = 400
+
+    def __init__(self, requested: str, supported: tuple[str, ...]) -> None:
+        super().__init__(
+            f"Unsupported protocol version: {requested}",
+            data={"supported": list(supported), "requested": requested},
+        )

@@ -1,0 +1,93 @@
+"""Turning what a function returns into the result shapes of the wire.
+
+Tools may return a string, a content block, a list of those, a ``ToolResult``, a dict or pydantic model
+(sent as ``structuredContent`` with a JSON text copy), or ``None``. Prompts return a string (one user
+message), a ``PromptMessage`` list or a ``PromptResult``. Resources return text or bytes.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+from pydantic import BaseModel
+
+from .protocol.wire import ContentBlock, PromptMessage, ResourceContents, TextContent, WireModel
+
+
+@dataclass
+class ToolResult:
+    content: Sequence[ContentBlock | str] = ()
+    structured: dict[str, Any] | None = None
+    is_error: bool = False
+
+
+@dataclass
+class PromptResult:
+    messages: Sequence[PromptMessage | str]
+    description: str | None = None
+
+
+@dataclass
+class ResourceResult:
+    contents: Sequence[ResourceContents] = field(default_factory=list)
+
+
+def _block(item: ContentBlock | str) -> dict[str, Any]:
+    return TextContent(text=item).to_wire() if isinstance(item, str) else item.to_wire()
+
+
+def tool_result(value: Any) -> dict[str, Any]:
+    if isinstance(value, ToolResult):
+        result: dict[str, Any] = {"content": [_block(item) for item in value.content], "isError": value.is_error}
+        if value.structured is not None:
+            result["structuredContent"] = value.structured
+        return result
+    if value is None:
+        return {"content": [], "isError": False}
+    if isinstance(value, str | WireModel):
+        return {"content": [_block(value)], "isError": False}  # type: ignore[arg-type]
+    if isinstance(value, list | tuple):
+        return {"content": [_block(item) for item in value], "isError": False}
+    if isinstance(value, BaseModel):
+        value = value.model_dump(mode="json", by_alias=True)
+    if isinstance(value, dict):
+        text = msgspec.json.encode(value).decode()
+        return {"content": [{"type": "text", "text": text}], "structuredContent": value, "isError": False}
+    return {"content": [{"type": "text", "text": str(value)}], "isError": False}
+
+
+def tool_error_result(message: str) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": message}], "isError": True}
+
+
+def prompt_result(value: Any, description: str) -> dict[str, Any]:
+    if isinstance(value, PromptResult):
+        messages, description = value.messages, value.description or description
+    elif isinstance(value, str | PromptMessage):
+        messages = [value]
+    else:
+        messages = list(value)
+    wire = [
+        PromptMessage(role="user", content=TextContent(text=item)).to_wire() if isinstance(item, str) else item.to_wire()
+        for item in messages
+    ]
+    result: dict[str, Any] = {"messages": wire}
+    if description:
+        result["description"] = description
+    return result
+
+
+def resource_result(uri: str, mime_type: str | None, value: Any) -> dict[str, Any]:
+    if isinstance(value, ResourceResult):
+        return {"contents": [item.to_wire() for item in value.contents]}
+    if isinstance(value, ResourceContents):
+        return {"contents": [value.to_wire()]}
+    if isinstance(value, bytes):
+        contents = ResourceContents(uri=uri, mime_type=mime_type, blob=base64.b64encode(value).decode("ascii"))
+    else:
+        contents = ResourceContents(uri=uri, mime_type=mime_type or "text/plain", text=str(value))
+    return {"contents": [contents.to_wire()]}

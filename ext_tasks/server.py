@@ -1,0 +1,59 @@
+"""Composition helpers shared by the CLI, tests and embedders: load a tools module, build the engine."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import secrets
+
+from .auth import AnonymousAuthenticator, Authenticator, BearerTokenAuthenticator
+from .config import ConfigError, Settings
+from .engine import Engine, EngineOptions
+from .protocol.resume import ResumeCodec
+from .tools import ToolRegistry
+
+logger = logging.getLogger("ext_tasks.server")
+
+
+def load_registry(module_name: str) -> ToolRegistry:
+    """The :class:`ToolRegistry` of a module: its ``registry`` attribute, or its only registry."""
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"cannot import tools module {module_name!r}: {exc}") from None
+    found = getattr(module, "registry", None)
+    if isinstance(found, ToolRegistry):
+        return found
+    registries = [value for value in vars(module).values() if isinstance(value, ToolRegistry)]
+    if len(registries) != 1:
+        raise ConfigError(f"module {module_name!r} must define `registry = ToolRegistry(...)`")
+    return registries[0]
+
+
+def build_codec(settings: Settings, audience: str) -> ResumeCodec:
+    keys = settings.state_keys
+    if not keys:
+        if settings.several_processes_answer:
+            raise ConfigError("several processes can answer, so EXT_TASKS_STATE_KEYS is required")
+        logger.warning(
+            "no EXT_TASKS_STATE_KEYS configured: using an ephemeral requestState key. Retries that reach "
+            "another process, or this one after a restart, will be rejected. Configure shared keys "
+            "(`ext-tasks keygen`) before running more than one process."
+        )
+        keys = (secrets.token_bytes(32),)
+    return ResumeCodec(keys, audience=audience, ttl_s=settings.state_ttl_s, encrypt=settings.state_encrypt)
+
+
+def build_authenticator(settings: Settings) -> Authenticator:
+    return BearerTokenAuthenticator(settings.tokens) if settings.tokens else AnonymousAuthenticator()
+
+
+def build_engine(registry: ToolRegistry, settings: Settings) -> Engine:
+    codec = build_codec(settings, settings.audience or registry.name)
+    options = EngineOptions(
+        cache_ttl_ms=settings.cache_ttl_ms,
+        # Results that depend on who asks must not be shared by caches between callers.
+        cache_scope="private" if settings.tokens else "public",
+        keepalive_s=settings.keepalive_s,
+    )
+    return Engine(registry, codec, options)

@@ -1,0 +1,340 @@
+"""The tool-author API: register tools, prompts and resources from plain async functions.
+
+::
+
+    registry = ToolRegistry("weather", version="1.0.0")
+
+    @registry.tool(description="Forecast for a city")
+    async def forecast(ctx: Context, city: str, days: int = 3) -> str:
+        unit = await ctx.elicit("unit", "Celsius or Fahrenheit?", {"type": "object", ...})
+        ...
+
+The input schema comes from the type hints (through pydantic); a parameter annotated ``Context``
+receives the request context and is left out of the schema. Arguments are validated before the
+function runs; invalid ones answer -32602. ``Header("Name")`` on a string parameter marks it as
+mirrored in an ``Mcp-Param-Name`` HTTP header (SEP-2243).
+
+Changing the registered set after start (``remove_tool`` and friends) notifies listeners, which is how
+``notifications/*/list_changed`` reach ``subscriptions/listen`` streams.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar, get_type_hints
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic.fields import FieldInfo
+
+from .context import Context
+from .protocol.errors import InvalidParams
+from .protocol.wire import describe_validation_error
+
+Fn = Callable[..., Awaitable[Any]]
+F = TypeVar("F", bound=Fn)
+ChangeKind = Literal["tools", "prompts", "resources", "resource"]
+
+
+def Header(name: str, description: str | None = None) -> Any:  # noqa: N802 - reads like an annotation
+    """Mark a parameter as mirrored in the ``Mcp-Param-{name}`` header: ``Annotated[str, Header("Region")]``."""
+    return Field(description=description, json_schema_extra={"x-mcp-header": name})
+
+
+class _Arguments(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+@dataclass
+class _Signature:
+    """A function's parameters: which one takes the Context, and a pydantic model for the rest."""
+
+    context_param: str | None
+    model: type[BaseModel]
+
+    @classmethod
+    def of(cls, fn: Fn) -> _Signature:
+        hints = get_type_hints(fn, include_extras=True)
+        context_param = None
+        fields: dict[str, Any] = {}
+        for name, param in inspect.signature(fn).parameters.items():
+            annotation = hints.get(name, Any)
+            if annotation is Context:
+                context_param = name
+                continue
+            if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+                raise TypeError(f"{fn.__name__}: *args and **kwargs cannot be described as an input schema")
+            default = ... if param.default is inspect.Parameter.empty else param.default
+            fields[name] = (annotation, default)
+        model = create_model(f"{fn.__name__}_arguments", __base__=_Arguments, **fields)
+        return cls(context_param=context_param, model=model)
+
+    def json_schema(self) -> dict[str, Any]:
+        schema = _strip_titles(self.model.model_json_schema())
+        schema.setdefault("properties", {})
+        return schema
+
+    def bind(self, arguments: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
+        try:
+            validated = self.model.model_validate(arguments)
+        except ValidationError as exc:
+            raise InvalidParams(f"Invalid arguments: {describe_validation_error(exc)}") from None
+        kwargs = {name: getattr(validated, name) for name in type(validated).model_fields}
+        if self.context_param is not None:
+            kwargs[self.context_param] = ctx
+        return kwargs
+
+
+def _strip_titles(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {key: _strip_titles(value) for key, value in node.items() if key != "title"}
+    if isinstance(node, list):
+        return [_strip_titles(item) for item in node]
+    return node
+
+
+@dataclass
+class Tool:
+    name: str
+    fn: Fn
+    description: str
+    signature: _Signature
+    input_schema: dict[str, Any]
+    raw_schema: bool = False
+    title: str | None = None
+    annotations: dict[str, Any] | None = None
+    header_params: dict[str, str] = field(default_factory=dict)
+
+    def describe(self) -> dict[str, Any]:
+        described: dict[str, Any] = {"name": self.name, "description": self.description, "inputSchema": self.input_schema}
+        if self.title:
+            described["title"] = self.title
+        if self.annotations:
+            described["annotations"] = self.annotations
+        return described
+
+    def bind(self, arguments: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
+        if self.raw_schema:
+            # A hand-written schema is published as is; the function receives the arguments unvalidated.
+            kwargs = dict(arguments)
+            if self.signature.context_param is not None:
+                kwargs[self.signature.context_param] = ctx
+            return kwargs
+        return self.signature.bind(arguments, ctx)
+
+
+@dataclass
+class Prompt:
+    name: str
+    fn: Fn
+    description: str
+    signature: _Signature
+    title: str | None = None
+
+    def describe(self) -> dict[str, Any]:
+        schema = self.signature.json_schema()
+        required = set(schema.get("required", ()))
+        arguments = []
+        for name, spec in schema["properties"].items():
+            argument: dict[str, Any] = {"name": name, "required": name in required}
+            if "description" in spec:
+                argument["description"] = spec["description"]
+            arguments.append(argument)
+        described: dict[str, Any] = {"name": self.name, "description": self.description, "arguments": arguments}
+        if self.title:
+            described["title"] = self.title
+        return described
+
+
+@dataclass
+class Resource:
+    uri: str
+    fn: Fn
+    name: str
+    description: str
+    mime_type: str | None
+    signature: _Signature
+
+    def describe(self) -> dict[str, Any]:
+        described: dict[str, Any] = {"uri": self.uri, "name": self.name, "description": self.description}
+        if self.mime_type:
+            described["mimeType"] = self.mime_type
+        return described
+
+
+@dataclass
+class ResourceTemplate:
+    uri_template: str
+    fn: Fn
+    name: str
+    description: str
+    mime_type: str | None
+    signature: _Signature
+    pattern: re.Pattern[str]
+
+    def describe(self) -> dict[str, Any]:
+        described: dict[str, Any] = {"uriTemplate": self.uri_template, "name": self.name, "description": self.description}
+        if self.mime_type:
+            described["mimeType"] = self.mime_type
+        return described
+
+    def match(self, uri: str) -> dict[str, str] | None:
+        found = self.pattern.fullmatch(uri)
+        return None if found is None else found.groupdict()
+
+
+def _template_pattern(uri_template: str) -> re.Pattern[str]:
+    """RFC 6570 level 1: each ``{name}`` matches one path segment."""
+    parts = re.split(r"\{(\w+)\}", uri_template)
+    regex = "".join(
+        re.escape(part) if index % 2 == 0 else f"(?P<{part}>[^/]+)" for index, part in enumerate(parts)
+    )
+    return re.compile(regex)
+
+
+Completer = Callable[[str, str, Mapping[str, str]], Awaitable[list[str]]]
+
+
+class ToolRegistry:
+    """Everything a server exposes: tools, prompts, resources, resource templates and completions."""
+
+    def __init__(self, name: str, *, version: str = "0.0.0", instructions: str | None = None) -> None:
+        self.name = name
+        self.version = version
+        self.instructions = instructions
+        self.tools: dict[str, Tool] = {}
+        self.prompts: dict[str, Prompt] = {}
+        self.resources: dict[str, Resource] = {}
+        self.templates: dict[str, ResourceTemplate] = {}
+        self.completers: dict[tuple[str, str], Completer] = {}
+        self._listeners: list[Callable[[ChangeKind, str | None], None]] = []
+
+    # --- registration -----------------------------------------------------------------------------
+
+    def tool(
+        self,
+        name: str | None = None,
+        *,
+        description: str | None = None,
+        title: str | None = None,
+        annotations: Mapping[str, Any] | None = None,
+        input_schema: Mapping[str, Any] | None = None,
+    ) -> Callable[[F], F]:
+        def register(fn: F) -> F:
+            signature = _Signature.of(fn)
+            schema = dict(input_schema) if input_schema is not None else signature.json_schema()
+            tool = Tool(
+                name=name or fn.__name__,
+                fn=fn,
+                description=description or inspect.getdoc(fn) or "",
+                signature=signature,
+                input_schema=schema,
+                raw_schema=input_schema is not None,
+                title=title,
+                annotations=dict(annotations) if annotations else None,
+                header_params={
+                    spec["x-mcp-header"]: prop
+                    for prop, spec in schema.get("properties", {}).items()
+                    if isinstance(spec, dict) and isinstance(spec.get("x-mcp-header"), str)
+                },
+            )
+            self.add_tool(tool)
+            return fn
+
+        return register
+
+    def prompt(self, name: str | None = None, *, description: str | None = None, title: str | None = None) -> Callable[[F], F]:
+        def register(fn: F) -> F:
+            prompt = Prompt(name or fn.__name__, fn, description or inspect.getdoc(fn) or "", _Signature.of(fn), title)
+            self.add_prompt(prompt)
+            return fn
+
+        return register
+
+    def resource(
+        self, uri: str, *, name: str | None = None, description: str | None = None, mime_type: str | None = None
+    ) -> Callable[[F], F]:
+        def register(fn: F) -> F:
+            resource = Resource(
+                uri, fn, name or fn.__name__, description or inspect.getdoc(fn) or "", mime_type, _Signature.of(fn)
+            )
+            self.resources[uri] = resource
+            self._changed("resources")
+            return fn
+
+        return register
+
+    def resource_template(
+        self, uri_template: str, *, name: str | None = None, description: str | None = None, mime_type: str | None = None
+    ) -> Callable[[F], F]:
+        def register(fn: F) -> F:
+            template = ResourceTemplate(
+                uri_template,
+                fn,
+                name or fn.__name__,
+                description or inspect.getdoc(fn) or "",
+                mime_type,
+                _Signature.of(fn),
+                _template_pattern(uri_template),
+            )
+            self.templates[uri_template] = template
+            self._changed("resources")
+            return fn
+
+        return register
+
+    def completion(self, ref_type: Literal["ref/prompt", "ref/resource"], ref: str) -> Callable[[Completer], Completer]:
+        """Register ``async fn(argument_name, value, context_arguments) -> [values]`` for a prompt or template."""
+
+        def register(fn: Completer) -> Completer:
+            self.completers[(ref_type, ref)] = fn
+            return fn
+
+        return register
+
+    # --- changes at run time ----------------------------------------------------------------------
+
+    def add_tool(self, tool: Tool) -> None:
+        self.tools[tool.name] = tool
+        self._changed("tools")
+
+    def remove_tool(self, name: str) -> Tool | None:
+        removed = self.tools.pop(name, None)
+        if removed is not None:
+            self._changed("tools")
+        return removed
+
+    def add_prompt(self, prompt: Prompt) -> None:
+        self.prompts[prompt.name] = prompt
+        self._changed("prompts")
+
+    def remove_prompt(self, name: str) -> Prompt | None:
+        removed = self.prompts.pop(name, None)
+        if removed is not None:
+            self._changed("prompts")
+        return removed
+
+    def resource_updated(self, uri: str) -> None:
+        """Tell subscribers of ``uri`` that its contents changed (``notifications/resources/updated``)."""
+        self._changed("resource", uri)
+
+    def on_change(self, listener: Callable[[ChangeKind, str | None], None]) -> None:
+        self._listeners.append(listener)
+
+    def _changed(self, kind: ChangeKind, uri: str | None = None) -> None:
+        for listener in self._listeners:
+            listener(kind, uri)
+
+    # --- lookups ----------------------------------------------------------------------------------
+
+    def find_resource(self, uri: str) -> tuple[Resource | ResourceTemplate, dict[str, str]] | None:
+        resource = self.resources.get(uri)
+        if resource is not None:
+            return resource, {}
+        for template in self.templates.values():
+            variables = template.match(uri)
+            if variables is not None:
+                return template, variables
+        return None
