@@ -17,11 +17,15 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from hypercorn.config import Config as HypercornConfig
 
 from .config import ConfigError, Settings, settings_from_env
 from .protocol.resume import generate_key
+
+if TYPE_CHECKING:
+    from litestar import Litestar
 
 logger = logging.getLogger("ext_tasks.cli")
 
@@ -47,7 +51,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = (
             settings_from_env()
-            .with_overrides(host=args.host, port=args.port, tools=args.tools, workers=args.workers, log_level=args.log_level)
+            .with_overrides(
+                host=args.host, port=args.port, tools=args.tools, workers=args.workers, log_level=args.log_level
+            )
             .validate()
         )
     except ConfigError as exc:
@@ -100,7 +106,7 @@ def _env_for_children(settings: Settings) -> dict[str, str]:
     }
 
 
-def app_from_settings(settings: Settings):  # type: ignore[no-untyped-def]  # noqa: ANN201 - litestar type stays in http
+def app_from_settings(settings: Settings) -> Litestar:
     from .http import create_app
     from .server import build_authenticator, build_engine, load_registry
 
@@ -109,7 +115,7 @@ def app_from_settings(settings: Settings):  # type: ignore[no-untyped-def]  # no
     return create_app(engine, settings, build_authenticator(settings))
 
 
-def app_from_env():  # type: ignore[no-untyped-def]  # noqa: ANN201
+def app_from_env() -> Litestar:
     """The app of one hypercorn worker process when ``--workers`` > 1."""
     settings = settings_from_env().validate()
     _configure_logging(settings.log_level)
@@ -119,13 +125,6 @@ def app_from_env():  # type: ignore[no-untyped-def]  # noqa: ANN201
 def _run_single(app: object, config: HypercornConfig) -> int:
     from hypercorn.asyncio import serve
 
-    try:
-        import uvloop
-
-        runner = uvloop.run
-    except ImportError:  # pragma: no cover - uvloop is a dependency on POSIX
-        runner = asyncio.run
-
     async def main() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -133,7 +132,12 @@ def _run_single(app: object, config: HypercornConfig) -> int:
             loop.add_signal_handler(signum, stop.set)
         await serve(app, config, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
 
-    runner(main())
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency on POSIX
+        asyncio.run(main())
+    else:
+        uvloop.run(main())
     return 0
 
 

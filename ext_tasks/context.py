@@ -101,7 +101,7 @@ def _matches_type(kind: object, value: object) -> bool:
     return check is None or check(value)
 
 
-class InputRequired(Exception):  # noqa: N818 - named after the protocol's result type, not an error
+class InputRequired(Exception):
     """Raised by a function that cannot go on without answers from the client.
 
     ``requests`` may be empty: a state-only ``input_required`` result asks the client to retry at once

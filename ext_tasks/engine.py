@@ -116,7 +116,7 @@ class Engine:
             result = await handler(Call(request, envelope, principal, _drop))
         except ProtocolError as exc:
             return JsonReply(exc.http_status, error_message(request.id, exc))
-        except Exception:
+        except Exception:  # noqa: BLE001 - the one place that turns any failure into -32603
             return self._internal_error(request)
         return JsonReply(200, self._result(request.id, result))
 
@@ -128,7 +128,9 @@ class Engine:
 
     def _result(self, request_id: RequestId, result: dict[str, Any]) -> Message:
         meta = result.get("_meta")
-        result["_meta"] = {**meta, META_SERVER_INFO: self._server_info} if meta else {META_SERVER_INFO: self._server_info}
+        result["_meta"] = (
+            {**meta, META_SERVER_INFO: self._server_info} if meta else {META_SERVER_INFO: self._server_info}
+        )
         return result_message(request_id, result)
 
     def _internal_error(self, request: Request) -> JsonReply:
@@ -149,7 +151,7 @@ class Engine:
                 return JsonReply(200, self._result(request.id, await run(emit)))
             except ProtocolError as exc:
                 return JsonReply(exc.http_status, error_message(request.id, exc))
-            except Exception:
+            except Exception:  # noqa: BLE001 - same mapping as _handle_request, inside a stream
                 return self._internal_error(request)
 
         work = asyncio.create_task(guarded())
@@ -161,7 +163,9 @@ class Engine:
         return StreamReply(self._drain(first.result(), queue, work))
 
     @staticmethod
-    async def _drain(first: Message, queue: asyncio.Queue[Message], work: asyncio.Task[JsonReply]) -> AsyncIterator[StreamItem]:
+    async def _drain(
+        first: Message, queue: asyncio.Queue[Message], work: asyncio.Task[JsonReply]
+    ) -> AsyncIterator[StreamItem]:
         try:
             yield first
             while True:
@@ -199,7 +203,9 @@ class Engine:
         meta = {META_SUBSCRIPTION_ID: subscription_id}
         watched = set(honored.get("resourceSubscriptions", ()))
         async with self.hub.subscribe() as events:
-            yield notification_message("notifications/subscriptions/acknowledged", {"_meta": meta, "notifications": honored})
+            yield notification_message(
+                "notifications/subscriptions/acknowledged", {"_meta": meta, "notifications": honored}
+            )
             while True:
                 try:
                     event = await asyncio.wait_for(events.get(), timeout=self.options.keepalive_s)
@@ -212,10 +218,10 @@ class Engine:
                 if event.kind in _LIST_CHANGED and honored.get(_LIST_CHANGED[event.kind][0]):
                     yield notification_message(_LIST_CHANGED[event.kind][1], {"_meta": dict(meta)})
                 elif event.kind == "resource" and event.uri in watched:
-                    yield notification_message("notifications/resources/updated", {"_meta": dict(meta), "uri": event.uri})
+                    yield notification_message(
+                        "notifications/resources/updated", {"_meta": dict(meta), "uri": event.uri}
+                    )
 
 
 async def _drop(method: str, params: dict[str, Any]) -> None:
     """Notifications of a request that cannot carry them go nowhere."""
-
-

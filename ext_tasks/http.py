@@ -75,7 +75,10 @@ class OriginPolicy:
 def _error_response(error: ProtocolError, request_id: Any = None) -> Response[bytes]:
     headers = {"WWW-Authenticate": "Bearer"} if isinstance(error, Unauthenticated) else None
     return Response(
-        content=encode(error_message(request_id, error)), status_code=error.http_status, media_type=JSON, headers=headers
+        content=encode(error_message(request_id, error)),
+        status_code=error.http_status,
+        media_type=JSON,
+        headers=headers,
     )
 
 
@@ -127,5 +130,3 @@ async def _read_body(request: Request[Any, Any, Any], limit: int) -> bytes:
         if exc.status_code == 413:
             raise BodyTooLarge(f"Request body too large: the limit is {limit} bytes") from None
         raise InvalidRequest(f"Invalid Request: {exc.detail}") from None
-
-

