@@ -2,7 +2,8 @@
 
 ::
 
-    ext-tasks serve [--host 127.0.0.1] [--port 3001] [--tools MODULE] [--workers N]
+    ext-tasks serve [--host 127.0.0.1] [--port 3001] [--tools MODULE] [--valkey-url URL] [--workers N]
+    ext-tasks worker --valkey-url URL [--tools MODULE]
     ext-tasks keygen
 
 Every flag has an ``EXT_TASKS_*`` variable; a flag wins over its variable.
@@ -16,8 +17,8 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Coroutine, Sequence
+from typing import TYPE_CHECKING, Any
 
 from hypercorn.config import Config as HypercornConfig
 
@@ -37,8 +38,17 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="address to bind (EXT_TASKS_HOST, default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port to bind, 0 for any free one (EXT_TASKS_PORT, default 3001)")
     serve.add_argument("--tools", help="module defining `registry` (EXT_TASKS_TOOLS, default: the demo tools)")
-    serve.add_argument("--workers", type=int, help="server processes (EXT_TASKS_WORKERS, default 1)")
-    serve.add_argument("--log-level", help="debug, info, warning or error (EXT_TASKS_LOG_LEVEL, default info)")
+    serve.add_argument("--workers", type=int, help="server processes; needs --valkey-url (EXT_TASKS_WORKERS)")
+    serve.add_argument(
+        "--no-task-workers",
+        action="store_true",
+        help="do not run task workers in the server processes (EXT_TASKS_NO_WORKERS)",
+    )
+    for command in (serve, commands.add_parser("worker", help="run task workers only, on a shared Valkey")):
+        command.add_argument("--valkey-url", help="Valkey URL of the shared task store (EXT_TASKS_VALKEY_URL)")
+        command.add_argument("--log-level", help="debug, info, warning or error (EXT_TASKS_LOG_LEVEL, default info)")
+        if command is not serve:
+            command.add_argument("--tools", help="module defining `registry` (EXT_TASKS_TOOLS)")
     commands.add_parser("keygen", help="print a new requestState key for EXT_TASKS_STATE_KEYS")
     return parser
 
@@ -103,16 +113,24 @@ def _env_for_children(settings: Settings) -> dict[str, str]:
         "EXT_TASKS_TOOLS": settings.tools,
         "EXT_TASKS_WORKERS": str(settings.workers),
         "EXT_TASKS_LOG_LEVEL": settings.log_level,
+        "EXT_TASKS_VALKEY_URL": settings.valkey_url or "",
+        "EXT_TASKS_NO_WORKERS": "false" if settings.run_workers else "true",
     }
 
 
 def app_from_settings(settings: Settings) -> Litestar:
     from .http import create_app
-    from .server import build_authenticator, build_engine, load_registry
+    from .server import Runtime, build_authenticator, load_registry
 
-    registry = load_registry(settings.tools)
-    engine = build_engine(registry, settings)
-    return create_app(engine, settings, build_authenticator(settings))
+    runtime = Runtime(load_registry(settings.tools), settings)
+    assert runtime.engine is not None
+    return create_app(
+        runtime.engine,
+        settings,
+        build_authenticator(settings),
+        on_startup=[runtime.start],
+        on_shutdown=[runtime.stop],
+    )
 
 
 def app_from_env() -> Litestar:
@@ -122,23 +140,51 @@ def app_from_env() -> Litestar:
     return app_from_settings(settings)
 
 
+def _work(settings: Settings) -> int:
+    """``ext-tasks worker``: task workers on the shared store, no HTTP, until SIGINT or SIGTERM."""
+    from .server import Runtime, load_registry
+
+    runtime = Runtime(load_registry(settings.tools), settings, serve_requests=False)
+
+    async def main() -> None:
+        stop = _stop_event()
+        await runtime.start()
+        logger.info("task worker running; stop with SIGTERM")
+        try:
+            await stop.wait()
+        finally:
+            await runtime.stop()
+
+    _run_loop(main)
+    return 0
+
+
+def _stop_event() -> asyncio.Event:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    return stop
+
+
 def _run_single(app: object, config: HypercornConfig) -> int:
     from hypercorn.asyncio import serve
 
     async def main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(signum, stop.set)
+        stop = _stop_event()
         await serve(app, config, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
 
+    _run_loop(main)
+    return 0
+
+
+def _run_loop(main: Callable[[], Coroutine[Any, Any, None]]) -> None:
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency on POSIX
         asyncio.run(main())
     else:
         uvloop.run(main())
-    return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

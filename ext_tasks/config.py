@@ -38,6 +38,16 @@ class Settings:
     keepalive_s: float = 15.0
     tokens: Mapping[str, str] = field(default_factory=dict, repr=False)
     log_level: str = "info"
+    valkey_url: str | None = field(default=None, repr=False)  # may carry a password
+    valkey_prefix: str = "ext-tasks"
+    run_workers: bool = True
+    run_concurrency: int = 16
+    lease_s: float = 10.0
+    max_attempts: int = 3
+    shutdown_grace_s: float = 10.0
+    task_ttl_ms: int = 3_600_000
+    task_max_ttl_ms: int = 86_400_000
+    poll_interval_ms: int = 500
 
     @property
     def bound_to_loopback(self) -> bool:
@@ -45,8 +55,9 @@ class Settings:
 
     @property
     def several_processes_answer(self) -> bool:
-        """True when a retry may reach a process other than the one that issued its state."""
-        return self.workers > 1
+        """True when a retry may reach a process other than the one that issued its state: several
+        hypercorn workers, or a shared Valkey (which exists to let several instances serve one fleet)."""
+        return self.workers > 1 or self.valkey_url is not None
 
     def validate(self) -> Settings:
         if not 0 <= self.port <= 65535:
@@ -58,6 +69,14 @@ class Settings:
                 "several processes can answer requests, so they must share requestState keys: "
                 "set EXT_TASKS_STATE_KEYS (generate one with `ext-tasks keygen`)"
             )
+        if self.workers > 1 and self.valkey_url is None:
+            raise ConfigError(
+                "--workers > 1 needs a shared task store: set --valkey-url / EXT_TASKS_VALKEY_URL "
+                "(with the in-memory store each process would see only its own tasks)"
+            )
+        return self._validate_limits()
+
+    def _validate_limits(self) -> Settings:
         if self.state_ttl_s <= 0:
             raise ConfigError("EXT_TASKS_STATE_TTL_S must be positive")
         if self.max_body_bytes < 1024:
@@ -66,6 +85,14 @@ class Settings:
             raise ConfigError("EXT_TASKS_CACHE_TTL_MS must not be negative")
         if self.keepalive_s <= 0:
             raise ConfigError("EXT_TASKS_KEEPALIVE_S must be positive")
+        if self.run_concurrency < 1 or self.max_attempts < 1:
+            raise ConfigError("EXT_TASKS_RUN_CONCURRENCY and EXT_TASKS_MAX_ATTEMPTS must be at least 1")
+        if self.lease_s < 1 or self.shutdown_grace_s < 0:
+            raise ConfigError("EXT_TASKS_LEASE_S must be at least 1 and EXT_TASKS_SHUTDOWN_GRACE_S not negative")
+        if not 0 < self.task_ttl_ms <= self.task_max_ttl_ms:
+            raise ConfigError("EXT_TASKS_TASK_TTL_MS must be positive and at most EXT_TASKS_TASK_MAX_TTL_MS")
+        if self.poll_interval_ms < 1:
+            raise ConfigError("EXT_TASKS_POLL_INTERVAL_MS must be positive")
         return self
 
     def with_overrides(self, **overrides: Any) -> Settings:
@@ -147,4 +174,14 @@ def settings_from_env(env: Mapping[str, str] | None = None) -> Settings:
         keepalive_s=_number(env, "EXT_TASKS_KEEPALIVE_S", defaults.keepalive_s, float),
         tokens=_tokens(env),
         log_level=env.get("EXT_TASKS_LOG_LEVEL", defaults.log_level),
+        valkey_url=env.get("EXT_TASKS_VALKEY_URL") or None,
+        valkey_prefix=env.get("EXT_TASKS_VALKEY_PREFIX", defaults.valkey_prefix),
+        run_workers=not _flag(env, "EXT_TASKS_NO_WORKERS"),
+        run_concurrency=_number(env, "EXT_TASKS_RUN_CONCURRENCY", defaults.run_concurrency),
+        lease_s=_number(env, "EXT_TASKS_LEASE_S", defaults.lease_s, float),
+        max_attempts=_number(env, "EXT_TASKS_MAX_ATTEMPTS", defaults.max_attempts),
+        shutdown_grace_s=_number(env, "EXT_TASKS_SHUTDOWN_GRACE_S", defaults.shutdown_grace_s, float),
+        task_ttl_ms=_number(env, "EXT_TASKS_TASK_TTL_MS", defaults.task_ttl_ms),
+        task_max_ttl_ms=_number(env, "EXT_TASKS_TASK_MAX_TTL_MS", defaults.task_max_ttl_ms),
+        poll_interval_ms=_number(env, "EXT_TASKS_POLL_INTERVAL_MS", defaults.poll_interval_ms),
     )

@@ -13,7 +13,7 @@ or make them idempotent.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,6 +73,24 @@ def client_has(capabilities: Mapping[str, Any], required: Mapping[str, Any]) -> 
     return True
 
 
+def missing_capabilities(requests: Iterable[InputRequest], capabilities: Mapping[str, Any]) -> dict[str, Any]:
+    """What ``requests`` need that ``capabilities`` lack, merged into one ``ClientCapabilities`` object."""
+    missing: dict[str, Any] = {}
+    for request in requests:
+        required = request.required_capability()
+        if not client_has(capabilities, required):
+            _merge(missing, required)
+    return missing
+
+
+def _merge(into: dict[str, Any], extra: Mapping[str, Any]) -> None:
+    for name, value in extra.items():
+        if isinstance(value, dict) and isinstance(into.get(name), dict):
+            _merge(into[name], value)
+        else:
+            into.setdefault(name, dict(value) if isinstance(value, dict) else value)
+
+
 def _fits_requested_schema(result: ElicitResult, schema: object) -> bool:
     if result.action != "accept" or not isinstance(schema, dict):
         return True
@@ -112,6 +130,10 @@ class InputRequired(Exception):
         super().__init__("input required")
         self.requests = dict(requests or {})
         self.state = state
+
+
+class StartTask(Exception):
+    """Raised by ``ctx.start_task()`` on the inline path: the engine turns the call into a task here."""
 
 
 class ToolError(Exception):
@@ -158,13 +180,36 @@ class Context:
         state: Any = None,
         emit: Emit = _no_emit,
         task_id: str | None = None,
+        can_start_task: bool = False,
+        on_status: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         self.principal = principal
         self.envelope = envelope
         self.state = state
+        #: Set while the function runs as a task: stable across re-runs and crash recoveries, so tools
+        #: use it as the idempotency key of their side effects.
         self.task_id = task_id
         self._answers = dict(answers or {})
         self._emit = emit
+        self._can_start_task = can_start_task
+        self._on_status = on_status
+
+    async def start_task(self) -> None:
+        """Continue as a task from here, if this tool and this request allow it.
+
+        Only meaningful for tools registered with ``preflight=True``: what runs before this call runs
+        inline (and may ask for input through multi round-trip requests); the call then ends with a
+        ``CreateTaskResult`` and the function runs again in a worker, where this returns at once. For
+        a client that did not declare the tasks extension on an ``optional`` tool, it returns at once
+        and the whole function runs inline.
+        """
+        if self.task_id is None and self._can_start_task:
+            raise StartTask
+
+    async def set_status(self, message: str) -> None:
+        """Inside a task: publish ``message`` as the task's ``statusMessage``. Inline: nothing."""
+        if self._on_status is not None:
+            await self._on_status(message)
 
     @property
     def client_capabilities(self) -> Mapping[str, Any]:
@@ -225,7 +270,10 @@ class Context:
         return result.roots
 
     async def report_progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
-        """Send ``notifications/progress`` if the request carried a ``progressToken``; otherwise nothing."""
+        """Send ``notifications/progress`` if the request carried a ``progressToken``; inside a task,
+        ``message`` becomes the task's ``statusMessage`` (tasks have no progress notifications)."""
+        if message is not None and self._on_status is not None:
+            await self._on_status(message)
         token = self.envelope.progress_token
         if token is None:
             return

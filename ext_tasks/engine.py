@@ -35,6 +35,7 @@ from .protocol.jsonrpc import (
 from .protocol.resume import ResumeCodec
 from .protocol.versions import META_SERVER_INFO, META_SUBSCRIPTION_ID
 from .protocol.wire import ListenParams, validate_params
+from .task_methods import TaskMethods
 from .tools import ChangeKind, ToolRegistry
 
 logger = logging.getLogger("ext_tasks.engine")
@@ -74,11 +75,19 @@ class EngineOptions:
 
 
 class Engine:
-    def __init__(self, registry: ToolRegistry, codec: ResumeCodec, options: EngineOptions | None = None) -> None:
+    def __init__(
+        self,
+        registry: ToolRegistry,
+        codec: ResumeCodec,
+        options: EngineOptions | None = None,
+        *,
+        tasks: TaskMethods | None = None,
+    ) -> None:
         self.options = options or EngineOptions()
         self.registry = registry
         self.hub = ChangeHub()
-        self.core = CoreMethods(registry, codec, CacheOptions(self.options.cache_ttl_ms, self.options.cache_scope))
+        cache = CacheOptions(self.options.cache_ttl_ms, self.options.cache_scope)
+        self.core = CoreMethods(registry, codec, cache, tasks)
         self._handlers = self.core.table()
         self._server_info = {"name": registry.name, "version": registry.version}
         registry.on_change(self._list_changed)

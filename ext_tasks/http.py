@@ -7,7 +7,7 @@ what comes back, as one JSON object or as an SSE stream. ``GET``/``DELETE`` on t
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Final
 from urllib.parse import urlsplit
 
@@ -87,7 +87,14 @@ async def _sse(items: AsyncIterator[StreamItem]) -> AsyncIterator[bytes]:
         yield _KEEPALIVE if item is None else b"event: message\ndata: " + encode(item) + b"\n\n"
 
 
-def create_app(engine: Engine, settings: Settings, authenticator: Authenticator) -> Litestar:
+def create_app(
+    engine: Engine,
+    settings: Settings,
+    authenticator: Authenticator,
+    *,
+    on_startup: Sequence[Callable[[], Awaitable[None]]] = (),
+    on_shutdown: Sequence[Callable[[], Awaitable[None]]] = (),
+) -> Litestar:
     policy = OriginPolicy(settings)
     limit = settings.max_body_bytes
 
@@ -111,7 +118,9 @@ def create_app(engine: Engine, settings: Settings, authenticator: Authenticator)
     return Litestar(
         route_handlers=[mcp],
         request_max_body_size=limit,
-        on_shutdown=[engine.close],
+        on_startup=list(on_startup),
+        # Listen streams end first (engine.close), then the callers' own shutdown (workers, store).
+        on_shutdown=[engine.close, *on_shutdown],
         openapi_config=None,
         logging_config=None,
     )

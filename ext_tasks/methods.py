@@ -9,12 +9,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from .auth import Principal
-from .context import Context, Emit, InputRequired, ToolError
-from .mrtr import binding_for, run_round
+from .context import Context, Emit, InputRequired
+from .invoke import invoke_tool
+from .mrtr import StartTaskHook, binding_for, run_round
 from .protocol.envelope import Envelope
-from .protocol.errors import InternalError, InvalidParams, ProtocolError, ResourceNotFound
+from .protocol.errors import InternalError, InvalidParams, MethodNotFound, ProtocolError, ResourceNotFound
 from .protocol.jsonrpc import Request
 from .protocol.resume import ResumeCodec
+from .protocol.tasks import EXTENSION_ID
 from .protocol.versions import MODERN_VERSIONS
 from .protocol.wire import (
     CallToolParams,
@@ -24,7 +26,8 @@ from .protocol.wire import (
     ReadResourceParams,
     validate_params,
 )
-from .results import prompt_result, resource_result, tool_error_result, tool_result
+from .results import prompt_result, resource_result
+from .task_methods import TaskMethods, declares_tasks, require_tasks_extension
 from .tools import ToolRegistry
 
 logger = logging.getLogger("ext_tasks.methods")
@@ -48,12 +51,12 @@ class CacheOptions:
 
 class CoreMethods:
     def __init__(
-        self, registry: ToolRegistry, codec: ResumeCodec, cache: CacheOptions, extensions: dict[str, Any] | None = None
+        self, registry: ToolRegistry, codec: ResumeCodec, cache: CacheOptions, tasks: TaskMethods | None = None
     ) -> None:
         self.registry = registry
         self.codec = codec
         self.cache = cache
-        self.extensions = extensions or {}
+        self.tasks = tasks
 
     def table(self) -> dict[str, Callable[[Call], Awaitable[Result]]]:
         return {
@@ -66,6 +69,9 @@ class CoreMethods:
             "resources/templates/list": self.list_resource_templates,
             "resources/read": self.read_resource,
             "completion/complete": self.complete,
+            "tasks/get": self.get_task,
+            "tasks/update": self.update_task,
+            "tasks/cancel": self.cancel_task,
         }
 
     def capabilities(self) -> dict[str, Any]:
@@ -76,8 +82,8 @@ class CoreMethods:
             "completions": {},
             "logging": {},
         }
-        if self.extensions:
-            capabilities["extensions"] = dict(self.extensions)
+        if self.tasks is not None:
+            capabilities["extensions"] = {EXTENSION_ID: {}}
         return capabilities
 
     def _cacheable(self, result: Result, ttl_ms: int | None = None) -> Result:
@@ -119,22 +125,25 @@ class CoreMethods:
         if tool is None:
             raise InvalidParams(f"Unknown tool: {params.name}")
         arguments = params.arguments or {}
+        # A task is created only for a request that itself declares the extension; a stray legacy
+        # `params.task` means nothing here (protocol.md §3.2-3.3).
+        declares = declares_tasks(call.envelope)
+        if tool.task == "required" and not declares:
+            require_tasks_extension(call.envelope)  # -32021 before the function runs
+        as_task = tool.task != "forbidden" and declares and self.tasks is not None
+        if as_task and not tool.preflight:
+            assert self.tasks is not None
+            tool.check_arguments(arguments)  # invalid arguments answer -32602 now, not as a failed task
+            return await self.tasks.create(tool, arguments, call.envelope, call.principal)
 
         async def body(ctx: Context) -> Result:
-            kwargs = tool.bind(arguments, ctx)
-            try:
-                value = await tool.fn(**kwargs)
-            except (InputRequired, ProtocolError):
-                raise
-            except ToolError as exc:
-                return tool_error_result(str(exc))
-            except Exception:
-                # The exception text may hold anything (paths, secrets); the client gets a generic line.
-                logger.exception("tool %s raised", tool.name)
-                return tool_error_result(f"Tool {tool.name!r} failed with an internal error")
-            return tool_result(value)
+            return await invoke_tool(tool, arguments, ctx)
 
-        return await self._round(call, "tools/call", params.name, arguments, body)
+        async def start_task(answers: dict[str, Any], state: Any) -> Result:
+            assert self.tasks is not None
+            return await self.tasks.create(tool, arguments, call.envelope, call.principal, answers=answers, state=state)
+
+        return await self._round(call, "tools/call", params.name, arguments, body, start_task if as_task else None)
 
     async def get_prompt(self, call: Call) -> Result:
         params = validate_params(GetPromptParams, call.request.params)
@@ -171,6 +180,7 @@ class CoreMethods:
         target: str,
         arguments: dict[str, Any],
         body: Callable[[Context], Awaitable[Result]],
+        start_task: StartTaskHook | None = None,
     ) -> Result:
         return await run_round(
             self.codec,
@@ -180,7 +190,24 @@ class CoreMethods:
             principal=call.principal,
             emit=call.emit,
             body=body,
+            start_task=start_task,
         )
+
+    # --- the tasks extension ----------------------------------------------------------------------
+
+    def _task_methods(self, call: Call) -> TaskMethods:
+        if self.tasks is None:
+            raise MethodNotFound(f"Method not found: {call.request.method}")
+        return self.tasks
+
+    async def get_task(self, call: Call) -> Result:
+        return await self._task_methods(call).get(call.request.params, call.envelope, call.principal)
+
+    async def update_task(self, call: Call) -> Result:
+        return await self._task_methods(call).update(call.request.params, call.envelope, call.principal)
+
+    async def cancel_task(self, call: Call) -> Result:
+        return await self._task_methods(call).cancel(call.request.params, call.envelope, call.principal)
 
     # --- completion -------------------------------------------------------------------------------
 

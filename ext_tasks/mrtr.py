@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from .auth import Principal
-from .context import Context, Emit, InputRequest, InputRequired, client_has
+from .context import Context, Emit, InputRequest, InputRequired, StartTask, missing_capabilities
 from .protocol.envelope import Envelope
 from .protocol.errors import InvalidParams, InvalidRequestState, MissingClientCapability
 from .protocol.resume import Binding, ResumeCodec, digest_arguments
@@ -26,6 +26,7 @@ from .protocol.wire import parse_input_responses
 logger = logging.getLogger("ext_tasks.mrtr")
 
 Outcome = dict[str, Any]
+StartTaskHook = Callable[[dict[str, Any], Any], Awaitable[Outcome]]
 
 
 def binding_for(method: str, target: str, arguments: Mapping[str, Any] | None, principal: Principal) -> Binding:
@@ -41,13 +42,27 @@ async def run_round(
     principal: Principal,
     emit: Emit,
     body: Callable[[Context], Awaitable[Outcome]],
-    task_id: str | None = None,
+    start_task: StartTaskHook | None = None,
 ) -> Outcome:
-    """Run ``body`` for one round and return the result object (``complete`` or ``input_required``)."""
+    """Run ``body`` for one round and return the result object (``complete`` or ``input_required``).
+
+    With ``start_task``, the function may call ``ctx.start_task()``; the round then ends with whatever
+    the hook returns (a ``CreateTaskResult``), handing it every answer so far and the function's state.
+    """
     answers, state = _restore(codec, binding, params)
-    ctx = Context(principal=principal, envelope=envelope, answers=answers, state=state, emit=emit, task_id=task_id)
+    ctx = Context(
+        principal=principal,
+        envelope=envelope,
+        answers=answers,
+        state=state,
+        emit=emit,
+        can_start_task=start_task is not None,
+    )
     try:
         result = await body(ctx)
+    except StartTask:
+        assert start_task is not None  # only raised when a hook was given
+        return await start_task(answers, ctx.state)
     except InputRequired as asked:
         return input_required_result(
             codec, binding, asked.requests, asked.state if asked.state is not None else ctx.state, answers, envelope
@@ -81,11 +96,7 @@ def input_required_result(
     answers: Mapping[str, Any],
     envelope: Envelope,
 ) -> Outcome:
-    missing: dict[str, Any] = {}
-    for request in requests.values():
-        required = request.required_capability()
-        if not client_has(envelope.client_capabilities, required):
-            _merge(missing, required)
+    missing = missing_capabilities(requests.values(), envelope.client_capabilities)
     if missing:
         raise MissingClientCapability(missing)
     for key in requests:
@@ -97,10 +108,3 @@ def input_required_result(
     result["requestState"] = codec.seal(binding, state=state, responses=answers)
     return result
 
-
-def _merge(into: dict[str, Any], extra: Mapping[str, Any]) -> None:
-    for name, value in extra.items():
-        if isinstance(value, dict) and isinstance(into.get(name), dict):
-            _merge(into[name], value)
-        else:
-            into.setdefault(name, value if not isinstance(value, dict) else dict(value))

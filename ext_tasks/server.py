@@ -1,4 +1,5 @@
-"""Composition helpers shared by the CLI, tests and embedders: load a tools module, build the engine."""
+"""Composition shared by the CLI, tests and embedders: load a tools module, build the store, the engine
+and the in-process worker, and start/stop them in the right order."""
 
 from __future__ import annotations
 
@@ -10,7 +11,11 @@ from .auth import AnonymousAuthenticator, Authenticator, BearerTokenAuthenticato
 from .config import ConfigError, Settings
 from .engine import Engine, EngineOptions
 from .protocol.resume import ResumeCodec
+from .store.base import TaskStore
+from .store.memory import MemoryTaskStore
+from .task_methods import TaskMethods, TaskOptions
 from .tools import ToolRegistry
+from .worker import Worker, WorkerOptions
 
 logger = logging.getLogger("ext_tasks.server")
 
@@ -48,7 +53,15 @@ def build_authenticator(settings: Settings) -> Authenticator:
     return BearerTokenAuthenticator(settings.tokens) if settings.tokens else AnonymousAuthenticator()
 
 
-def build_engine(registry: ToolRegistry, settings: Settings) -> Engine:
+def build_store(settings: Settings) -> TaskStore:
+    if settings.valkey_url is None:
+        return MemoryTaskStore()
+    from .store.valkey import ValkeyTaskStore
+
+    return ValkeyTaskStore(settings.valkey_url, prefix=settings.valkey_prefix)
+
+
+def build_engine(registry: ToolRegistry, settings: Settings, store: TaskStore) -> Engine:
     codec = build_codec(settings, settings.audience or registry.name)
     options = EngineOptions(
         cache_ttl_ms=settings.cache_ttl_ms,
@@ -56,4 +69,38 @@ def build_engine(registry: ToolRegistry, settings: Settings) -> Engine:
         cache_scope="private" if settings.tokens else "public",
         keepalive_s=settings.keepalive_s,
     )
-    return Engine(registry, codec, options)
+    task_options = TaskOptions(
+        default_ttl_ms=settings.task_ttl_ms,
+        max_ttl_ms=settings.task_max_ttl_ms,
+        poll_interval_ms=settings.poll_interval_ms,
+    )
+    return Engine(registry, codec, options, tasks=TaskMethods(store, task_options))
+
+
+def build_worker(registry: ToolRegistry, settings: Settings, store: TaskStore) -> Worker:
+    options = WorkerOptions(
+        concurrency=settings.run_concurrency, lease_s=settings.lease_s, max_attempts=settings.max_attempts
+    )
+    return Worker(store, registry, options)
+
+
+class Runtime:
+    """Store, engine and (unless disabled) an in-process worker, started and stopped together."""
+
+    def __init__(self, registry: ToolRegistry, settings: Settings, *, serve_requests: bool = True) -> None:
+        self.settings = settings
+        self.store = build_store(settings)
+        self.engine = build_engine(registry, settings, self.store) if serve_requests else None
+        self.worker = build_worker(registry, settings, self.store) if settings.run_workers else None
+
+    async def start(self) -> None:
+        await self.store.open()
+        if self.worker is not None:
+            await self.worker.start()
+
+    async def stop(self) -> None:
+        if self.engine is not None:
+            self.engine.close()
+        if self.worker is not None:
+            await self.worker.stop(self.settings.shutdown_grace_s)
+        await self.store.close()

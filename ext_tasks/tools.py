@@ -35,6 +35,8 @@ from .protocol.wire import describe_validation_error
 Fn = Callable[..., Awaitable[Any]]
 F = TypeVar("F", bound=Fn)
 ChangeKind = Literal["tools", "prompts", "resources", "resource"]
+#: Whether a tool runs as a task: never, when the client declares the extension, or always.
+TaskSupport = Literal["forbidden", "optional", "required"]
 
 
 def Header(name: str, description: str | None = None) -> Any:  # noqa: N802 - reads like an annotation
@@ -52,34 +54,42 @@ class _Signature:
 
     context_param: str | None
     model: type[BaseModel]
+    accepts_any_keyword: bool = False
 
     @classmethod
-    def of(cls, fn: Fn) -> _Signature:
+    def of(cls, fn: Fn, *, raw_schema: bool = False) -> _Signature:
         hints = get_type_hints(fn, include_extras=True)
         context_param = None
+        accepts_any_keyword = False
         fields: dict[str, Any] = {}
         for name, param in inspect.signature(fn).parameters.items():
             annotation = hints.get(name, Any)
             if annotation is Context:
                 context_param = name
                 continue
+            if param.kind is param.VAR_KEYWORD and raw_schema:
+                accepts_any_keyword = True  # a hand-written schema describes what **kwargs receives
+                continue
             if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
                 raise TypeError(f"{fn.__name__}: *args and **kwargs cannot be described as an input schema")
             default = ... if param.default is inspect.Parameter.empty else param.default
             fields[name] = (annotation, default)
         model = create_model(f"{fn.__name__}_arguments", __base__=_Arguments, **fields)
-        return cls(context_param=context_param, model=model)
+        return cls(context_param=context_param, model=model, accepts_any_keyword=accepts_any_keyword)
 
     def json_schema(self) -> dict[str, Any]:
         schema: dict[str, Any] = _strip_titles(self.model.model_json_schema())
         schema.setdefault("properties", {})
         return schema
 
-    def bind(self, arguments: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
+    def validate(self, arguments: Mapping[str, Any]) -> BaseModel:
         try:
-            validated = self.model.model_validate(arguments)
+            return self.model.model_validate(arguments)
         except ValidationError as exc:
             raise InvalidParams(f"Invalid arguments: {describe_validation_error(exc)}") from None
+
+    def bind(self, arguments: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
+        validated = self.validate(arguments)
         kwargs = {name: getattr(validated, name) for name in type(validated).model_fields}
         if self.context_param is not None:
             kwargs[self.context_param] = ctx
@@ -105,6 +115,9 @@ class Tool:
     title: str | None = None
     annotations: dict[str, Any] | None = None
     header_params: dict[str, str] = field(default_factory=dict)
+    task: TaskSupport = "forbidden"
+    preflight: bool = False
+    ttl_ms: int | None = None
 
     def describe(self) -> dict[str, Any]:
         described: dict[str, Any] = {
@@ -118,10 +131,21 @@ class Tool:
             described["annotations"] = self.annotations
         return described
 
+    def check_arguments(self, arguments: Mapping[str, Any]) -> None:
+        """Raise -32602 if ``arguments`` do not fit the generated schema (raw schemas are not checked)."""
+        if not self.raw_schema:
+            self.signature.validate(arguments)
+
     def bind(self, arguments: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
         if self.raw_schema:
-            # A hand-written schema is published as is; the function receives the arguments unvalidated.
-            kwargs = dict(arguments)
+            # A hand-written schema is published as is; the function receives the arguments unvalidated,
+            # minus names it does not take (unless it takes **kwargs).
+            known = self.signature.model.model_fields
+            kwargs = {
+                name: value
+                for name, value in arguments.items()
+                if self.signature.accepts_any_keyword or name in known
+            }
             if self.signature.context_param is not None:
                 kwargs[self.signature.context_param] = ctx
             return kwargs
@@ -226,9 +250,26 @@ class ToolRegistry:
         title: str | None = None,
         annotations: Mapping[str, Any] | None = None,
         input_schema: Mapping[str, Any] | None = None,
+        task: TaskSupport = "forbidden",
+        preflight: bool = False,
+        ttl_ms: int | None = None,
     ) -> Callable[[F], F]:
+        """Register an async function as a tool.
+
+        ``task``: ``"forbidden"`` (default) always answers inline; ``"optional"`` runs as a task when the
+        request declares the tasks extension, inline otherwise; ``"required"`` runs only as a task and
+        answers -32021 to a request that does not declare the extension. ``preflight=True`` runs the
+        function inline first, so it can ask for input through multi round-trip requests, until it
+        calls ``await ctx.start_task()``. ``ttl_ms`` overrides the server's default task lifetime
+        (capped by the server's maximum).
+        """
+        if task not in ("forbidden", "optional", "required"):
+            raise ValueError(f"task must be 'forbidden', 'optional' or 'required', not {task!r}")
+        if ttl_ms is not None and (not isinstance(ttl_ms, int) or ttl_ms <= 0):
+            raise ValueError("ttl_ms must be a positive integer number of milliseconds")
+
         def register(fn: F) -> F:
-            signature = _Signature.of(fn)
+            signature = _Signature.of(fn, raw_schema=input_schema is not None)
             schema = dict(input_schema) if input_schema is not None else signature.json_schema()
             tool = Tool(
                 name=name or fn.__name__,
@@ -244,6 +285,9 @@ class ToolRegistry:
                     for prop, spec in schema.get("properties", {}).items()
                     if isinstance(spec, dict) and isinstance(spec.get("x-mcp-header"), str)
                 },
+                task=task,
+                preflight=preflight,
+                ttl_ms=ttl_ms,
             )
             self.add_tool(tool)
             return fn

@@ -4,8 +4,8 @@ Serve it with ``ext-tasks serve --tools ext_tasks.examples.conformance`` and poi
 ``conformance server --url http://127.0.0.1:PORT/mcp --requirements 2026-07-28`` at it. The referee
 calls these tools, prompts and resources by name, so the names (and the texts, URIs and input keys
 its scenarios describe) come from the suite, not from here: see the scenario sources in
-modelcontextprotocol/conformance, ``src/scenarios/server``. The tasks-extension scenarios
-(``tasks-*``, SEP-2663) are not covered by this module.
+modelcontextprotocol/conformance, ``src/scenarios/server``. The tasks-extension fixtures
+(``tasks-*``, SEP-2663) live in :mod:`.conformance_tasks` and are registered at the end of this module.
 
 It is written with the public tool-author API only: nothing in the server knows these names.
 """
@@ -38,6 +38,8 @@ from ext_tasks import (
     list_roots,
     sample,
 )
+
+from .conformance_tasks import register_task_fixtures
 
 registry = ToolRegistry(
     "ext-tasks-conformance",
@@ -379,3 +381,6 @@ async def watched_resource() -> str:
 async def template_data(id: str) -> str:
     """Data for one id; the content names the id it was read for."""
     return f'{{"id": "{id}", "templateTest": true, "data": "Data for ID: {id}"}}'
+
+
+register_task_fixtures(registry)

@@ -1,0 +1,130 @@
+"""Task records of the Tasks extension and the pure operations on them.
+
+A :class:`TaskRecord` is what the store keeps: the wire fields (``DetailedTask``) plus what the server
+needs to run the tool again on any instance (tool, arguments, the declaring request's capabilities,
+every answer so far, the function's own state, the run attempt count). Every change goes through
+:func:`transition`, which consults the status table and bumps ``version``; the store commits a change
+only if the version it read is still current (compare-and-set), so two instances never both win.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from .states import TaskEvent, TaskStatus, next_status
+
+EXTENSION_ID = "io.modelcontextprotocol/tasks"
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRecord:
+    task_id: str
+    owner: str
+    tool: str
+    arguments: dict[str, Any]
+    status: TaskStatus
+    version: int
+    created_at_ms: int
+    updated_at_ms: int
+    ttl_ms: int | None
+    poll_interval_ms: int
+    client_capabilities: dict[str, Any] = field(default_factory=dict)
+    status_message: str | None = None
+    input_requests: dict[str, dict[str, Any]] = field(default_factory=dict)
+    answers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    state: Any = None
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    attempts: int = 0
+
+    @property
+    def expires_at_ms(self) -> int | None:
+        return None if self.ttl_ms is None else self.created_at_ms + self.ttl_ms
+
+    @property
+    def terminal(self) -> bool:
+        return self.status.terminal
+
+
+def transition(record: TaskRecord, event: TaskEvent, now_ms: int, **changes: Any) -> TaskRecord:
+    """The record after ``event``: next status from the table, version + 1, ``changes`` applied.
+
+    Raises:
+        InvalidTransition: the event is not allowed in the record's status (e.g. any event on a terminal task).
+    """
+    status = next_status(record.status, event)
+    return dataclasses.replace(
+        record, status=status, version=record.version + 1, updated_at_ms=max(now_ms, record.updated_at_ms), **changes
+    )
+
+
+def input_requested(record: TaskRecord, requests: Mapping[str, dict[str, Any]], state: Any, now_ms: int) -> TaskRecord:
+    return transition(record, TaskEvent.INPUT_REQUESTED, now_ms, input_requests=dict(requests), state=state)
+
+
+def answers_merged(record: TaskRecord, responses: Mapping[str, dict[str, Any]], now_ms: int) -> TaskRecord | None:
+    """Merge answers for *outstanding* keys (others are ignored, as the spec asks).
+
+    Returns ``None`` when nothing changes (no outstanding key answered, or the task is not waiting).
+    When the last outstanding key is answered the task goes back to ``working``.
+    """
+    if record.status is not TaskStatus.INPUT_REQUIRED:
+        return None
+    accepted = {key: value for key, value in responses.items() if key in record.input_requests}
+    if not accepted:
+        return None
+    outstanding = {key: value for key, value in record.input_requests.items() if key not in accepted}
+    answers = {**record.answers, **accepted}
+    if outstanding:
+        return transition(record, TaskEvent.PROGRESSED, now_ms, input_requests=outstanding, answers=answers)
+    return transition(record, TaskEvent.INPUT_PROVIDED, now_ms, input_requests={}, answers=answers)
+
+
+def completed(record: TaskRecord, result: dict[str, Any], now_ms: int) -> TaskRecord:
+    return transition(record, TaskEvent.SUCCEEDED, now_ms, result=result, input_requests={})
+
+
+def failed(record: TaskRecord, error: dict[str, Any], now_ms: int) -> TaskRecord:
+    message = f"Task failed: {error.get('message', 'error')}"
+    return transition(record, TaskEvent.FAILED, now_ms, error=error, status_message=message, input_requests={})
+
+
+def cancelled(record: TaskRecord, now_ms: int) -> TaskRecord:
+    return transition(
+        record, TaskEvent.CANCEL_REQUESTED, now_ms, input_requests={}, status_message="The task was cancelled."
+    )
+
+
+def iso8601(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def task_wire(record: TaskRecord) -> dict[str, Any]:
+    """The ``Task`` fields shared by ``CreateTaskResult``, ``tasks/get`` and ``notifications/tasks``."""
+    wire: dict[str, Any] = {
+        "taskId": record.task_id,
+        "status": record.status.value,
+        "createdAt": iso8601(record.created_at_ms),
+        "lastUpdatedAt": iso8601(record.updated_at_ms),
+        "ttlMs": record.ttl_ms,
+        "pollIntervalMs": record.poll_interval_ms,
+    }
+    if record.status_message is not None:
+        wire["statusMessage"] = record.status_message
+    return wire
+
+
+def detailed_task_wire(record: TaskRecord) -> dict[str, Any]:
+    """``DetailedTask``: the status-specific member (inputRequests, result or error) included."""
+    wire = task_wire(record)
+    if record.status is TaskStatus.INPUT_REQUIRED:
+        wire["inputRequests"] = dict(record.input_requests)
+    elif record.status is TaskStatus.COMPLETED and record.result is not None:
+        wire["result"] = record.result
+    elif record.status is TaskStatus.FAILED and record.error is not None:
+        wire["error"] = record.error
+    return wire

@@ -1,0 +1,93 @@
+"""The one interface the engine and the workers need from a task store.
+
+Guarantees every implementation gives (the contract tests in ``tests/contract`` check them):
+
+* ``create`` is durable before it returns, and queues the task's first run in the same atomic step.
+* ``commit`` is a compare-and-set on ``version``: it applies a new record only if the stored one still
+  has ``expect_version``; otherwise nothing changes and it returns ``False``. When asked, it queues a
+  run and/or announces a cancellation in the same atomic step, so a crash can never leave a task
+  that needs a run without one.
+* Records disappear when their TTL lapses; ``lookup`` then answers :data:`EXPIRED` (for a while) rather
+  than ``None``, so clients are told "expired" instead of "not found".
+* Runs are delivered at least once: a run taken by a worker that stops heartbeating is handed to
+  another worker by ``reclaim`` once it has been idle longer than the lease.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Final, Protocol
+
+from ..protocol.errors import InternalError
+from ..protocol.tasks import TaskRecord
+
+
+class Expired:
+    """The task existed and its TTL has lapsed. ``owner`` lets callers answer a stranger "not found"."""
+
+    __slots__ = ("owner",)
+
+    def __init__(self, owner: str) -> None:
+        self.owner = owner
+
+
+EXPIRED: Final = Expired
+
+
+class TaskStoreUnavailable(InternalError):
+    """The store cannot be reached: requests fail fast with -32603 and HTTP 503 instead of hanging."""
+
+    http_status = 503
+
+    def __init__(self, detail: str) -> None:
+        super().__init__("Task store unavailable; retry later")
+        self.detail = detail
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One queued execution of a task; ``delivery`` identifies it in the queue (for ack/heartbeat)."""
+
+    task_id: str
+    delivery: str
+
+
+class TaskStore(Protocol):
+    async def open(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def ping(self) -> None:
+        """Raise :class:`TaskStoreUnavailable` unless the store answers."""
+        ...
+
+    async def create(self, record: TaskRecord) -> None: ...
+
+    async def lookup(self, task_id: str) -> TaskRecord | Expired | None: ...
+
+    async def commit(
+        self, record: TaskRecord, *, expect_version: int, enqueue: bool = False, cancel: bool = False
+    ) -> bool: ...
+
+    async def next_runs(self, consumer: str, count: int, block_ms: int) -> list[Run]:
+        """Up to ``count`` new runs for ``consumer``, waiting at most ``block_ms`` for one."""
+        ...
+
+    async def heartbeat(self, consumer: str, runs: list[Run]) -> None:
+        """Tell the queue that ``consumer`` still works on ``runs`` (keeps them from being reclaimed)."""
+        ...
+
+    async def reclaim(self, consumer: str, min_idle_ms: int, count: int) -> list[Run]:
+        """Take over runs whose worker has not heartbeated for ``min_idle_ms``."""
+        ...
+
+    async def ack(self, run: Run) -> None: ...
+
+    async def requeue(self, run: Run) -> None:
+        """Give a run back to the queue at once (graceful shutdown), so another worker takes it."""
+        ...
+
+    def cancellations(self) -> AsyncIterator[str]:
+        """Ids of tasks cancelled anywhere, as they are cancelled."""
+        ...

@@ -1,0 +1,32 @@
+"""Every Valkey key of the store, in one place (no other module formats a key).
+
+All keys of one task carry the task id as a hash tag (``{id}``), so each task's script touches one
+slot; the queue and the cancellation channel are shared by the fleet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class KeySchema:
+    prefix: str = "ext-tasks"
+
+    def task(self, task_id: str) -> str:
+        return f"{self.prefix}:task:{{{task_id}}}"
+
+    def tombstone(self, task_id: str) -> str:
+        return f"{self.prefix}:tomb:{{{task_id}}}"
+
+    @property
+    def runs(self) -> str:
+        return f"{self.prefix}:runs"
+
+    @property
+    def run_group(self) -> str:
+        return "workers"
+
+    @property
+    def cancel_channel(self) -> str:
+        return f"{self.prefix}:cancel"

@@ -1,0 +1,110 @@
+"""The embedded default: tasks in a dict, runs on an asyncio queue, all in one process.
+
+Each method runs without awaiting in the middle of a change, so on one event loop every operation is
+atomic, which is exactly the guarantee the Valkey store gets from its Lua scripts. Nothing survives the
+process; use the Valkey store when tasks must outlive an instance.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Final
+
+from ..protocol.tasks import TaskRecord
+from .base import Expired, Run
+
+#: How long an expired task is still reported as "expired" rather than "not found".
+TOMBSTONE_MS: Final = 24 * 3600 * 1000
+
+
+class MemoryTaskStore:
+    def __init__(self, *, clock_ms: Callable[[], int] | None = None) -> None:
+        self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+        self._records: dict[str, TaskRecord] = {}
+        self._tombstones: dict[str, tuple[str, int]] = {}
+        self._queue: asyncio.Queue[str] = asyncio.Queue()
+        self._deliveries = 0
+        self._cancel_listeners: set[asyncio.Queue[str]] = set()
+
+    async def open(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    async def ping(self) -> None:
+        return None
+
+    async def create(self, record: TaskRecord) -> None:
+        if record.task_id in self._records:
+            raise ValueError(f"task {record.task_id} exists")
+        self._records[record.task_id] = record
+        self._queue.put_nowait(record.task_id)
+
+    async def lookup(self, task_id: str) -> TaskRecord | Expired | None:
+        now = self._clock_ms()
+        record = self._records.get(task_id)
+        if record is not None:
+            expires = record.expires_at_ms
+            if expires is None or now < expires:
+                return record
+            del self._records[task_id]
+            self._tombstones[task_id] = (record.owner, expires + TOMBSTONE_MS)
+        tombstone = self._tombstones.get(task_id)
+        if tombstone is None:
+            return None
+        if now >= tombstone[1]:
+            del self._tombstones[task_id]
+            return None
+        return Expired(tombstone[0])
+
+    async def commit(
+        self, record: TaskRecord, *, expect_version: int, enqueue: bool = False, cancel: bool = False
+    ) -> bool:
+        current = await self.lookup(record.task_id)
+        if not isinstance(current, TaskRecord) or current.version != expect_version:
+            return False
+        self._records[record.task_id] = record
+        if enqueue:
+            self._queue.put_nowait(record.task_id)
+        if cancel:
+            for listener in self._cancel_listeners:
+                listener.put_nowait(record.task_id)
+        return True
+
+    async def next_runs(self, consumer: str, count: int, block_ms: int) -> list[Run]:
+        try:
+            first = await asyncio.wait_for(self._queue.get(), timeout=block_ms / 1000)
+        except TimeoutError:
+            return []
+        ids = [first]
+        while len(ids) < count and not self._queue.empty():
+            ids.append(self._queue.get_nowait())
+        runs = []
+        for task_id in ids:
+            self._deliveries += 1
+            runs.append(Run(task_id=task_id, delivery=str(self._deliveries)))
+        return runs
+
+    async def heartbeat(self, consumer: str, runs: list[Run]) -> None:
+        return None  # a run cannot outlive its only worker here
+
+    async def reclaim(self, consumer: str, min_idle_ms: int, count: int) -> list[Run]:
+        return []
+
+    async def ack(self, run: Run) -> None:
+        return None
+
+    async def requeue(self, run: Run) -> None:
+        self._queue.put_nowait(run.task_id)
+
+    async def cancellations(self) -> AsyncIterator[str]:
+        queue: asyncio.Queue[str] = asyncio.Queue()
+        self._cancel_listeners.add(queue)
+        try:
+            while True:
+                yield await queue.get()
+        finally:
+            self._cancel_listeners.discard(queue)

@@ -1,0 +1,226 @@
+"""The Valkey store: one hash per task, a stream with a consumer group as the run queue, pub/sub for
+cancellations. Every multi-step change is one Lua script, so it is atomic across instances.
+
+Records are stored field by field (JSON for structured fields, never pickle). ``commit`` rewrites the
+whole hash under a compare-and-set on ``version``; records are small and a full rewrite keeps the
+script obvious.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, Final, cast
+
+import msgspec
+from valkey.asyncio import Valkey
+from valkey.exceptions import ResponseError
+from valkey.exceptions import ValkeyError as _ValkeyError
+
+from ..protocol.states import TaskStatus
+from ..protocol.tasks import TaskRecord
+from .base import Expired, Run, TaskStoreUnavailable
+from .keys import KeySchema
+from .memory import TOMBSTONE_MS
+
+_CREATE: Final = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV, 5))
+if ARGV[1] ~= '' then
+  redis.call('SET', KEYS[2], ARGV[3], 'PXAT', ARGV[2])
+  redis.call('PEXPIREAT', KEYS[1], ARGV[1])
+end
+redis.call('XADD', KEYS[3], '*', 'task', ARGV[4])
+return 1
+"""
+
+_COMMIT: Final = """
+local version = redis.call('HGET', KEYS[1], 'version')
+if not version then return -1 end
+if version ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], unpack(ARGV, 6))
+if ARGV[3] == '1' then redis.call('XADD', KEYS[2], '*', 'task', ARGV[5]) end
+if ARGV[4] ~= '' then redis.call('PUBLISH', ARGV[4], ARGV[5]) end
+if ARGV[2] ~= '' then redis.call('PEXPIREAT', KEYS[1], ARGV[2]) end
+return 1
+"""
+
+_JSON_FIELDS: Final = ("arguments", "client_capabilities", "input_requests", "answers", "state", "result", "error")
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder()
+
+
+def record_fields(record: TaskRecord) -> list[str]:
+    """The record as a flat field/value list for HSET (absent optional fields are left out)."""
+    fields: dict[str, str] = {
+        "task_id": record.task_id,
+        "owner": record.owner,
+        "tool": record.tool,
+        "status": record.status.value,
+        "version": str(record.version),
+        "created_at_ms": str(record.created_at_ms),
+        "updated_at_ms": str(record.updated_at_ms),
+        "poll_interval_ms": str(record.poll_interval_ms),
+        "attempts": str(record.attempts),
+    }
+    if record.ttl_ms is not None:
+        fields["ttl_ms"] = str(record.ttl_ms)
+    if record.status_message is not None:
+        fields["status_message"] = record.status_message
+    for name in _JSON_FIELDS:
+        value = getattr(record, name)
+        if value is not None:
+            fields[name] = _encoder.encode(value).decode()
+    return [item for pair in fields.items() for item in pair]
+
+
+def record_from_fields(fields: Mapping[str, str]) -> TaskRecord:
+    decoded: dict[str, Any] = {name: _decoder.decode(fields[name]) for name in _JSON_FIELDS if name in fields}
+    return TaskRecord(
+        task_id=fields["task_id"],
+        owner=fields["owner"],
+        tool=fields["tool"],
+        status=TaskStatus(fields["status"]),
+        version=int(fields["version"]),
+        created_at_ms=int(fields["created_at_ms"]),
+        updated_at_ms=int(fields["updated_at_ms"]),
+        ttl_ms=int(fields["ttl_ms"]) if "ttl_ms" in fields else None,
+        poll_interval_ms=int(fields["poll_interval_ms"]),
+        attempts=int(fields.get("attempts", "0")),
+        status_message=fields.get("status_message"),
+        arguments=decoded.get("arguments") or {},
+        client_capabilities=decoded.get("client_capabilities") or {},
+        input_requests=decoded.get("input_requests") or {},
+        answers=decoded.get("answers") or {},
+        state=decoded.get("state"),
+        result=decoded.get("result"),
+        error=decoded.get("error"),
+    )
+
+
+@contextlib.contextmanager
+def _unavailable_on_connection_errors() -> Any:
+    try:
+        yield
+    except (ConnectionError, TimeoutError, OSError, _ValkeyError) as exc:
+        if isinstance(exc, ResponseError):
+            raise
+        raise TaskStoreUnavailable(f"task store unavailable: {type(exc).__name__}") from exc
+
+
+class ValkeyTaskStore:
+    def __init__(self, url: str, *, prefix: str = "ext-tasks", connect_timeout_s: float = 2.0) -> None:
+        self.keys = KeySchema(prefix)
+        self._client: Valkey = Valkey.from_url(
+            url,
+            decode_responses=True,
+            socket_connect_timeout=connect_timeout_s,
+            socket_timeout=10.0,
+            health_check_interval=15,
+            retry_on_timeout=False,
+        )
+        self._create = self._client.register_script(_CREATE)
+        self._commit = self._client.register_script(_COMMIT)
+
+    async def open(self) -> None:
+        with _unavailable_on_connection_errors():
+            try:
+                await self._client.xgroup_create(self.keys.runs, self.keys.run_group, id="0", mkstream=True)
+            except ResponseError as exc:
+                if "BUSYGROUP" not in str(exc):
+                    raise
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+    async def ping(self) -> None:
+        with _unavailable_on_connection_errors():
+            await self._client.ping()
+
+    async def create(self, record: TaskRecord) -> None:
+        expires = record.expires_at_ms
+        args = [
+            "" if expires is None else str(expires),
+            "" if expires is None else str(expires + TOMBSTONE_MS),
+            record.owner,
+            record.task_id,
+            *record_fields(record),
+        ]
+        keys = [self.keys.task(record.task_id), self.keys.tombstone(record.task_id), self.keys.runs]
+        with _unavailable_on_connection_errors():
+            created = await self._create(keys=keys, args=args)
+        if created != 1:
+            raise ValueError(f"task {record.task_id} exists")
+
+    async def lookup(self, task_id: str) -> TaskRecord | Expired | None:
+        with _unavailable_on_connection_errors():
+            fields = cast(dict[str, str], await self._client.hgetall(self.keys.task(task_id)))  # type: ignore[misc]
+            if fields:
+                return record_from_fields(fields)
+            owner = await self._client.get(self.keys.tombstone(task_id))
+        return None if owner is None else Expired(owner)
+
+    async def commit(
+        self, record: TaskRecord, *, expect_version: int, enqueue: bool = False, cancel: bool = False
+    ) -> bool:
+        expires = record.expires_at_ms
+        args = [
+            str(expect_version),
+            "" if expires is None else str(expires),
+            "1" if enqueue else "0",
+            self.keys.cancel_channel if cancel else "",
+            record.task_id,
+            *record_fields(record),
+        ]
+        with _unavailable_on_connection_errors():
+            outcome = await self._commit(keys=[self.keys.task(record.task_id), self.keys.runs], args=args)
+        return bool(outcome == 1)
+
+    async def next_runs(self, consumer: str, count: int, block_ms: int) -> list[Run]:
+        with _unavailable_on_connection_errors():
+            reply = await self._client.xreadgroup(
+                self.keys.run_group, consumer, {self.keys.runs: ">"}, count=count, block=block_ms
+            )
+        return [
+            Run(task_id=fields["task"], delivery=entry_id) for _, entries in reply or [] for entry_id, fields in entries
+        ]
+
+    async def heartbeat(self, consumer: str, runs: list[Run]) -> None:
+        if not runs:
+            return
+        # Re-claiming one's own entries resets their idle time, which is what `reclaim` measures.
+        with _unavailable_on_connection_errors():
+            await self._client.xclaim(
+                self.keys.runs, self.keys.run_group, consumer, 0, [run.delivery for run in runs], justid=True
+            )
+
+    async def reclaim(self, consumer: str, min_idle_ms: int, count: int) -> list[Run]:
+        with _unavailable_on_connection_errors():
+            reply = await self._client.xautoclaim(
+                self.keys.runs, self.keys.run_group, consumer, min_idle_ms, start_id="0-0", count=count
+            )
+        entries = reply[1]
+        return [Run(task_id=fields["task"], delivery=entry_id) for entry_id, fields in entries if fields]
+
+    async def ack(self, run: Run) -> None:
+        with _unavailable_on_connection_errors():
+            await self._client.xack(self.keys.runs, self.keys.run_group, run.delivery)
+            await self._client.xdel(self.keys.runs, run.delivery)
+
+    async def requeue(self, run: Run) -> None:
+        with _unavailable_on_connection_errors():
+            await self._client.xadd(self.keys.runs, {"task": run.task_id})
+        await self.ack(run)
+
+    async def cancellations(self) -> AsyncIterator[str]:
+        pubsub = self._client.pubsub(ignore_subscribe_messages=True)
+        await pubsub.subscribe(self.keys.cancel_channel)
+        try:
+            while True:
+                message = await pubsub.get_message(timeout=1.0)
+                if message is not None and message.get("type") == "message":
+                    yield str(message["data"])
+        finally:
+            with contextlib.suppress(Exception):
+                await pubsub.aclose()  # type: ignore[no-untyped-call]

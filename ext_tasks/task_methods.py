@@ -1,0 +1,155 @@
+"""The Tasks extension on the engine side: creating tasks from ``tools/call``, and ``tasks/get``,
+``tasks/update``, ``tasks/cancel``.
+
+Rules kept here (protocol.md §3): a task is created only for a request that itself declares the
+extension; ``tasks/*`` from a request that does not declare it answers -32021; an unknown task, an
+expired one and one of another principal answer -32602, the last exactly like an unknown one;
+``tasks/update`` ignores keys that are not outstanding and acknowledges with an empty result;
+``tasks/cancel`` acknowledges terminal tasks idempotently.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from pydantic import Field
+
+from .auth import Principal
+from .protocol.envelope import Envelope
+from .protocol.errors import InvalidParams, MissingClientCapability
+from .protocol.states import TaskStatus
+from .protocol.tasks import (
+    EXTENSION_ID,
+    TaskRecord,
+    answers_merged,
+    cancelled,
+    detailed_task_wire,
+    task_wire,
+)
+from .protocol.wire import WireModel, parse_input_responses, validate_params
+from .store.base import Expired, TaskStore
+from .tools import Tool
+
+Result = dict[str, Any]
+_ACK: Final[Result] = {"resultType": "complete"}
+#: Compare-and-set retries before giving up on a task that changes under us.
+_COMMIT_ATTEMPTS: Final = 5
+
+
+@dataclass(frozen=True, slots=True)
+class TaskOptions:
+    default_ttl_ms: int = 3_600_000
+    max_ttl_ms: int = 86_400_000
+    poll_interval_ms: int = 500
+
+
+class _TaskIdParams(WireModel):
+    task_id: str = Field(min_length=1, max_length=256)
+
+
+def declares_tasks(envelope: Envelope) -> bool:
+    extensions = envelope.client_capabilities.get("extensions")
+    return isinstance(extensions, dict) and isinstance(extensions.get(EXTENSION_ID), dict)
+
+
+def require_tasks_extension(envelope: Envelope) -> None:
+    if not declares_tasks(envelope):
+        raise MissingClientCapability(
+            {"extensions": {EXTENSION_ID: {}}},
+            f"Missing required client capability: the {EXTENSION_ID} extension must be declared on this request",
+        )
+
+
+def new_task_id() -> str:
+    # 144 random bits: task ids may act as bearer tokens, so they must not be guessable.
+    return secrets.token_urlsafe(18)
+
+
+class TaskMethods:
+    def __init__(
+        self,
+        store: TaskStore,
+        options: TaskOptions | None = None,
+        *,
+        clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+    ) -> None:
+        self.store = store
+        self.options = options or TaskOptions()
+        self._clock_ms = clock_ms
+
+    def ttl_for(self, tool: Tool) -> int:
+        return min(tool.ttl_ms or self.options.default_ttl_ms, self.options.max_ttl_ms)
+
+    async def create(
+        self,
+        tool: Tool,
+        arguments: Mapping[str, Any],
+        envelope: Envelope,
+        principal: Principal,
+        *,
+        answers: Mapping[str, Any] | None = None,
+        state: Any = None,
+    ) -> Result:
+        """Create the task durably (its first run queued in the same step) and answer ``CreateTaskResult``."""
+        now = self._clock_ms()
+        record = TaskRecord(
+            task_id=new_task_id(),
+            owner=principal.id,
+            tool=tool.name,
+            arguments=dict(arguments),
+            status=TaskStatus.WORKING,
+            version=1,
+            created_at_ms=now,
+            updated_at_ms=now,
+            ttl_ms=self.ttl_for(tool),
+            poll_interval_ms=self.options.poll_interval_ms,
+            client_capabilities=dict(envelope.client_capabilities),
+            answers=dict(answers or {}),
+            state=state,
+        )
+        await self.store.create(record)
+        return {"resultType": "task", **task_wire(record)}
+
+    async def _find(self, params: Mapping[str, Any], envelope: Envelope, principal: Principal) -> TaskRecord:
+        require_tasks_extension(envelope)
+        task_id = validate_params(_TaskIdParams, dict(params)).task_id
+        found = await self.store.lookup(task_id)
+        if isinstance(found, TaskRecord) and found.owner == principal.id:
+            return found
+        if isinstance(found, Expired) and found.owner == principal.id:
+            raise InvalidParams("Failed to retrieve task: Task has expired")
+        # Another principal's task answers exactly like one that never existed.
+        raise InvalidParams("Failed to retrieve task: Task not found")
+
+    async def get(self, params: Mapping[str, Any], envelope: Envelope, principal: Principal) -> Result:
+        record = await self._find(params, envelope, principal)
+        return {"resultType": "complete", **detailed_task_wire(record)}
+
+    async def update(self, params: Mapping[str, Any], envelope: Envelope, principal: Principal) -> Result:
+        record = await self._find(params, envelope, principal)
+        if "inputResponses" not in params:
+            raise InvalidParams("Invalid params: inputResponses is required")
+        responses = parse_input_responses(dict(params))
+        for _ in range(_COMMIT_ATTEMPTS):
+            merged = answers_merged(record, responses, self._clock_ms())
+            if merged is None:
+                return dict(_ACK)  # nothing outstanding was answered: ignored, as the spec asks
+            resumed = merged.status is TaskStatus.WORKING
+            if await self.store.commit(merged, expect_version=record.version, enqueue=resumed):
+                return dict(_ACK)
+            record = await self._find(params, envelope, principal)
+        raise InvalidParams("Failed to update task: it changed concurrently; retry")
+
+    async def cancel(self, params: Mapping[str, Any], envelope: Envelope, principal: Principal) -> Result:
+        record = await self._find(params, envelope, principal)
+        for _ in range(_COMMIT_ATTEMPTS):
+            if record.terminal:
+                return dict(_ACK)  # cancelling a finished task is acknowledged, idempotently
+            if await self.store.commit(cancelled(record, self._clock_ms()), expect_version=record.version, cancel=True):
+                return dict(_ACK)
+            record = await self._find(params, envelope, principal)
+        raise InvalidParams("Failed to cancel task: it changed concurrently; retry")

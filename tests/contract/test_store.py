@@ -1,0 +1,164 @@
+"""One contract, both stores: what the engine and the workers rely on from a TaskStore."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+
+import anyio
+import pytest
+
+from ext_tasks.protocol.states import TaskStatus
+from ext_tasks.protocol.tasks import TaskRecord, cancelled, completed
+from ext_tasks.store.base import Expired, TaskStore
+from ext_tasks.store.valkey import ValkeyTaskStore
+
+pytestmark = pytest.mark.anyio
+
+
+def make_record(task_id: str = "task-1", **changes: object) -> TaskRecord:
+    now = int(time.time() * 1000)
+    record = TaskRecord(
+        task_id=task_id,
+        owner="alice",
+        tool="deploy",
+        arguments={"service": "billing", "ref": "v1.2", "n": 3},
+        status=TaskStatus.WORKING,
+        version=1,
+        created_at_ms=now,
+        updated_at_ms=now,
+        ttl_ms=60_000,
+        poll_interval_ms=500,
+        client_capabilities={"elicitation": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}},
+    )
+    return dataclasses.replace(record, **changes)  # type: ignore[arg-type]
+
+
+async def test_created_task_reads_back_identically(store: TaskStore) -> None:
+    record = make_record(answers={"confirm": {"action": "accept", "content": {"ok": True}}}, state={"step": "é"})
+    await store.create(record)
+    assert await store.lookup(record.task_id) == record
+
+
+async def test_unknown_task_is_not_found(store: TaskStore) -> None:
+    assert await store.lookup("never-created") is None
+
+
+async def test_creating_the_same_id_twice_is_refused(store: TaskStore) -> None:
+    await store.create(make_record())
+    with pytest.raises(ValueError, match="exists"):
+        await store.create(make_record())
+
+
+async def test_commit_applies_only_on_the_expected_version(store: TaskStore) -> None:
+    record = make_record()
+    await store.create(record)
+    done = completed(record, {"content": [], "isError": False}, record.created_at_ms + 5)
+    assert await store.commit(done, expect_version=record.version)
+    assert await store.lookup(record.task_id) == done
+    stale = cancelled(record, record.created_at_ms + 6)
+    assert not await store.commit(stale, expect_version=record.version)
+    assert await store.lookup(record.task_id) == done
+
+
+async def test_concurrent_commits_of_one_version_have_exactly_one_winner(store: TaskStore) -> None:
+    record = make_record()
+    await store.create(record)
+    outcomes = [
+        completed(record, {"content": [{"type": "text", "text": str(i)}], "isError": False}, record.created_at_ms + i)
+        for i in range(8)
+    ]
+    wins = await asyncio.gather(*(store.commit(outcome, expect_version=record.version) for outcome in outcomes))
+    assert sum(wins) == 1
+    stored = await store.lookup(record.task_id)
+    assert stored == outcomes[wins.index(True)]
+
+
+async def test_commit_on_an_unknown_task_fails(store: TaskStore) -> None:
+    assert not await store.commit(make_record("ghost", version=2), expect_version=1)
+
+
+async def test_creation_queues_exactly_one_run(store: TaskStore) -> None:
+    record = make_record()
+    await store.create(record)
+    with anyio.fail_after(5):
+        runs = await store.next_runs("consumer-a", 10, 1000)
+    assert [run.task_id for run in runs] == [record.task_id]
+    assert await store.next_runs("consumer-a", 10, 50) == []
+
+
+async def test_commit_can_queue_a_run_in_the_same_step(store: TaskStore) -> None:
+    record = make_record()
+    await store.create(record)
+    first = await store.next_runs("consumer-a", 10, 1000)
+    await store.ack(first[0])
+    resumed = dataclasses.replace(record, version=2)
+    assert await store.commit(resumed, expect_version=1, enqueue=True)
+    with anyio.fail_after(5):
+        again = await store.next_runs("consumer-b", 10, 1000)
+    assert [run.task_id for run in again] == [record.task_id]
+
+
+async def test_a_requeued_run_is_delivered_again(store: TaskStore) -> None:
+    record = make_record()
+    await store.create(record)
+    (run,) = await store.next_runs("consumer-a", 10, 1000)
+    await store.requeue(run)
+    with anyio.fail_after(5):
+        again = await store.next_runs("consumer-b", 10, 1000)
+    assert [item.task_id for item in again] == [record.task_id]
+
+
+async def test_cancelling_commit_is_announced_to_listeners(store: TaskStore) -> None:
+    record = make_record()
+    await store.create(record)
+    received: list[str] = []
+    listening = anyio.Event()
+
+    async def listen() -> None:
+        iterator = store.cancellations()
+        waiter = asyncio.ensure_future(iterator.__anext__())
+        await asyncio.sleep(0)  # let the subscription register before the commit is made
+        listening.set()
+        received.append(await waiter)
+        await iterator.aclose()  # type: ignore[attr-defined]
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as group:
+            group.start_soon(listen)
+            await listening.wait()
+            # A pub/sub subscription is confirmed asynchronously; commit until the listener hears it.
+            version = record.version
+            while not received:
+                current = dataclasses.replace(record, version=version + 1)
+                assert await store.commit(current, expect_version=version, cancel=True)
+                version += 1
+                await anyio.sleep(0.05)
+    assert received == [record.task_id]
+
+
+async def test_a_task_past_its_ttl_is_reported_expired_with_its_owner(store: TaskStore) -> None:
+    now = int(time.time() * 1000)
+    record = make_record("old-task", created_at_ms=now - 10_000, updated_at_ms=now - 10_000, ttl_ms=5_000)
+    await store.create(record)
+    found = await store.lookup("old-task")
+    assert isinstance(found, Expired)
+    assert found.owner == "alice"
+
+
+async def test_a_task_without_ttl_never_expires(store: TaskStore) -> None:
+    record = make_record("forever", created_at_ms=0, updated_at_ms=0, ttl_ms=None)
+    await store.create(record)
+    assert await store.lookup("forever") == record
+
+
+async def test_runs_of_a_worker_that_stopped_heartbeating_are_reclaimed(store: TaskStore) -> None:
+    if not isinstance(store, ValkeyTaskStore):
+        pytest.skip("one process holds every run of the in-memory store: nothing to reclaim")
+    record = make_record()
+    await store.create(record)
+    (run,) = await store.next_runs("crashed-worker", 10, 1000)
+    assert await store.reclaim("survivor", 60_000, 10) == []
+    reclaimed = await store.reclaim("survivor", 0, 10)
+    assert [item.task_id for item in reclaimed] == [record.task_id]
