@@ -130,9 +130,10 @@ class Engine:
         return JsonReply(200, self._result(request.id, result))
 
     def _header_params(self, request: Request) -> dict[str, str] | None:
-        if request.method != "tools/call":
-            return None
-        tool = self.registry.tools.get(request.params.get("name"))  # type: ignore[arg-type]
+        name = request.params.get("name")
+        if request.method != "tools/call" or not isinstance(name, str):
+            return None  # a non-string name is refused by the params check, with -32602
+        tool = self.registry.tools.get(name)
         return tool.header_params if tool is not None else None
 
     def _result(self, request_id: RequestId, result: dict[str, Any]) -> Message:

@@ -16,6 +16,7 @@ import binascii
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from typing import Any, Final
 
 from .errors import HeaderMismatch, InvalidParams, MissingMeta, UnsupportedProtocolVersion
@@ -160,12 +161,19 @@ def _check_param_headers(headers: Headers, header_params: Mapping[str, str], arg
 def _header_matches(header: str, value: object) -> bool:
     if isinstance(value, bool):
         return header == ("true" if value else "false")
-    if isinstance(value, int | float):
+    if isinstance(value, int):
+        # Integers compare numerically ("42.0" matches 42) but exactly: as floats, 2**53 + 1 == 2**53.
+        try:
+            number = Decimal(header)
+        except InvalidOperation:
+            return False
+        return number.is_finite() and number == value
+    if isinstance(value, float):
         try:
             number = float(header)
         except ValueError:
             return False
-        return math.isfinite(number) and number == float(value)
+        return math.isfinite(number) and number == value
     return isinstance(value, str) and header == value
 
 

@@ -50,7 +50,7 @@ import msgspec
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-from itsdangerous import BadSignature, Signer
+from itsdangerous import Signer
 from itsdangerous.signer import SigningAlgorithm
 
 from .errors import InvalidRequestState
@@ -236,16 +236,21 @@ class ResumeCodec:
         raise InvalidRequestState("unknown format")
 
     def _open_signed(self, signed: bytes) -> tuple[bytes, _KeyMaterial]:
+        payload, separator, _ = signed.rpartition(b".")
+        if not separator:
+            raise InvalidRequestState("malformed")
+        # Verify by signing the payload again (HMAC is deterministic) and comparing the whole text in
+        # constant time: unlike decoding the signature, this accepts exactly one spelling of a state
+        # (no padding, junk or unused low bits), so replay checks keyed on the token cannot be dodged.
         for material in self._ring:
-            try:
-                encoded = material.signer.unsign(signed)
-            except BadSignature:
-                continue
-            return _b64decode(encoded.decode("ascii")), material
+            if hmac.compare_digest(material.signer.sign(payload), signed):
+                return _b64decode(payload.decode("ascii")), material
         raise InvalidRequestState("bad signature or unknown key")
 
     def _open_sealed(self, body: str) -> tuple[bytes, _KeyMaterial]:
         raw = _b64decode(body)
+        if _b64encode(raw) != body:
+            raise InvalidRequestState("non-canonical encoding")
         if len(raw) < 4 + 12 + 16:
             raise InvalidRequestState("truncated")
         kid, nonce, sealed = raw[:4], raw[4:16], raw[16:]
@@ -282,9 +287,8 @@ def _b64encode(raw: bytes) -> str:
 
 
 def _b64decode(text: str) -> bytes:
-    # Decoding happens only after the text itself was verified (signed form) or the result is
-    # authenticated (sealed form), so leniency here cannot let a forged state through; single use is
-    # tracked by the ``jti`` claim, not by the token's spelling.
+    # Callers check the spelling is canonical (one state, one token text), so replay and dedup caches
+    # keyed on the token cannot be dodged by re-spelling it.
     try:
         return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
     except (binascii.Error, ValueError):

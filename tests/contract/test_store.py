@@ -13,6 +13,7 @@ from ext_tasks.protocol.states import TaskStatus
 from ext_tasks.protocol.tasks import TaskRecord, cancelled, completed
 from ext_tasks.store.base import Expired, TaskStore
 from ext_tasks.store.valkey import ValkeyTaskStore
+from tests.support.valkey import ValkeyServer
 
 pytestmark = pytest.mark.anyio
 
@@ -153,12 +154,30 @@ async def test_a_task_without_ttl_never_expires(store: TaskStore) -> None:
     assert await store.lookup("forever") == record
 
 
-async def test_runs_of_a_worker_that_stopped_heartbeating_are_reclaimed(store: TaskStore) -> None:
-    if not isinstance(store, ValkeyTaskStore):
-        pytest.skip("one process holds every run of the in-memory store: nothing to reclaim")
-    record = make_record()
-    await store.create(record)
-    (run,) = await store.next_runs("crashed-worker", 10, 1000)
-    assert await store.reclaim("survivor", 60_000, 10) == []
-    reclaimed = await store.reclaim("survivor", 0, 10)
-    assert [item.task_id for item in reclaimed] == [record.task_id]
+async def test_runs_of_a_worker_that_stopped_heartbeating_are_reclaimed(valkey_server: ValkeyServer) -> None:
+    # Valkey only: in the single-process memory store a run cannot outlive its worker.
+    store = ValkeyTaskStore(valkey_server.url, prefix="contract-reclaim")
+    await store.open()
+    try:
+        record = make_record()
+        await store.create(record)
+        taken = await store.next_runs("crashed-worker", 10, 1000)
+        assert [run.task_id for run in taken] == [record.task_id]
+        assert await store.reclaim("survivor", 60_000, 10) == []
+        reclaimed = await store.reclaim("survivor", 0, 10)
+        assert [item.task_id for item in reclaimed] == [record.task_id]
+    finally:
+        await store.close()
+
+
+async def test_heartbeats_keep_a_run_from_being_reclaimed(valkey_server: ValkeyServer) -> None:
+    store = ValkeyTaskStore(valkey_server.url, prefix="contract-heartbeat")
+    await store.open()
+    try:
+        await store.create(make_record())
+        taken = await store.next_runs("busy-worker", 10, 1000)
+        await anyio.sleep(0.3)  # let the run go idle, then prove a heartbeat resets its idle time
+        await store.heartbeat("busy-worker", taken)
+        assert await store.reclaim("other", 250, 10) == []
+    finally:
+        await store.close()

@@ -34,7 +34,7 @@ PENDING_SCENARIOS = ("json-schema-2020-12", "http-header-validation", "http-cust
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _SCENARIO_LINE = re.compile(r"^([✓✗]) (\S+): (\d+) passed, (\d+) failed$")
 _TOTAL_LINE = re.compile(r"^Total: (\d+) passed, (\d+) failed$")
-_NOT_SCORED_LINE = re.compile(r"^\s+[✓✗] (\S+) \(([^)]+)\)$")
+_NOT_SCORED_LINE = re.compile(r"^\s+([✓✗]) (\S+) \(([^)]+)\)$")
 _RESULT_DIR = re.compile(r"^server-(.+)-\d{4}-\d{2}-\d{2}T[\d-]+Z$")
 
 
@@ -52,6 +52,7 @@ class RefereeRun:
     scenarios: dict[str, ScenarioCount]
     total: tuple[int, int]
     not_scored: set[str]
+    failing_unscored: set[str]
 
     def summary(self) -> str:
         """The referee's own summary block (what CI logs should show)."""
@@ -76,6 +77,7 @@ def parse(returncode: int, output: str, stderr: str = "") -> RefereeRun:
     scenarios: dict[str, ScenarioCount] = {}
     total: tuple[int, int] | None = None
     not_scored: set[str] = set()
+    failing_unscored: set[str] = set()
     in_summary = in_not_scored = False
     for line in lines:
         if line.startswith("=== SUMMARY ==="):
@@ -87,7 +89,9 @@ def parse(returncode: int, output: str, stderr: str = "") -> RefereeRun:
             in_not_scored = True
             continue
         if in_not_scored and (match := _NOT_SCORED_LINE.match(line)):
-            not_scored.add(match[1])
+            not_scored.add(match[2])
+            if match[1] != "✓":
+                failing_unscored.add(match[2])
         elif match := _SCENARIO_LINE.match(line.strip()):
             scenarios[match[2]] = ScenarioCount(match[1] == "✓", int(match[3]), int(match[4]))
         elif match := _TOTAL_LINE.match(line.strip()):
@@ -95,7 +99,7 @@ def parse(returncode: int, output: str, stderr: str = "") -> RefereeRun:
     assert total is not None, (
         f"no 'Total: N passed, M failed' line in the referee output:\n{output[-4000:]}\nstderr:\n{stderr[-4000:]}"
     )
-    return RefereeRun(returncode, output, scenarios, total, not_scored)
+    return RefereeRun(returncode, output, scenarios, total, not_scored, failing_unscored)
 
 
 def run_referee(server: ServerProcess, out_dir: Path, *selection: str) -> RefereeRun:
@@ -149,6 +153,8 @@ def test_scored_2026_07_28_requirements_all_pass(tmp_path: Path) -> None:
         print(f"scored: {len(scored)} scenarios, {scored_passed} checks passed, 0 failed")
         assert run.returncode == 0, run.summary()
         assert warnings_in(out_dir, scored) == []
+        # The unscored tasks scenarios run too (in-memory store here); none of them may fail either.
+        assert run.failing_unscored == set(), run.summary()
 
 
 def test_all_2026_07_28_scenarios_including_pending_pass(tmp_path: Path) -> None:

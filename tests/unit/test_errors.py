@@ -1,0 +1,147 @@
+"""Every protocol failure maps to the JSON-RPC code and HTTP status of protocol.md §1.4."""
+
+from __future__ import annotations
+
+import pytest
+
+from ext_tasks.auth import Unauthenticated
+from ext_tasks.protocol.errors import (
+    HEADER_MISMATCH,
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    MISSING_REQUIRED_CLIENT_CAPABILITY,
+    PARSE_ERROR,
+    UNSUPPORTED_PROTOCOL_VERSION,
+    BodyTooLarge,
+    ForbiddenOrigin,
+    HeaderMismatch,
+    InternalError,
+    InvalidParams,
+    InvalidRequest,
+    InvalidRequestState,
+    MethodNotFound,
+    MissingClientCapability,
+    MissingMeta,
+    ParseError,
+    ProtocolError,
+    ResourceNotFound,
+    UnsupportedProtocolVersion,
+)
+
+
+def test_error_codes_are_the_numbers_of_the_spec() -> None:
+    assert (PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR) == (
+        -32700,
+        -32600,
+        -32601,
+        -32602,
+        -32603,
+    )
+    assert (HEADER_MISMATCH, MISSING_REQUIRED_CLIENT_CAPABILITY, UNSUPPORTED_PROTOCOL_VERSION) == (
+        -32020,
+        -32021,
+        -32022,
+    )
+
+
+@pytest.mark.parametrize(
+    ("error", "code", "http_status"),
+    [
+        (ParseError("Parse error"), -32700, 400),
+        (InvalidRequest("Invalid Request"), -32600, 400),
+        (BodyTooLarge("too large"), -32600, 413),
+        (ForbiddenOrigin("Forbidden"), -32600, 403),
+        (Unauthenticated("Unauthorized"), -32600, 401),
+        (MethodNotFound("Method not found: x"), -32601, 404),
+        (InvalidParams("Invalid params"), -32602, 200),
+        (MissingMeta("Invalid params: params._meta is required"), -32602, 400),
+        (InvalidRequestState("expired"), -32602, 200),
+        (ResourceNotFound("file:///missing"), -32602, 200),
+        (InternalError("Internal error"), -32603, 500),
+        (HeaderMismatch("Header mismatch"), -32020, 400),
+        (MissingClientCapability({"elicitation": {}}), -32021, 400),
+        (UnsupportedProtocolVersion("1900-01-01", ("2026-07-28",)), -32022, 400),
+    ],
+    ids=lambda value: type(value).__name__ if isinstance(value, ProtocolError) else str(value),
+)
+def test_each_error_carries_its_json_rpc_code_and_http_status(
+    error: ProtocolError, code: int, http_status: int
+) -> None:
+    assert error.code == code
+    assert error.http_status == http_status
+    assert error.to_error()["code"] == code
+
+
+def test_to_error_without_data_has_only_code_and_message() -> None:
+    assert MethodNotFound("Method not found: ping").to_error() == {
+        "code": -32601,
+        "message": "Method not found: ping",
+    }
+
+
+def test_to_error_copies_data_into_a_plain_dict() -> None:
+    error = ProtocolError("boom", data={"detail": [1, 2]})
+
+    wire = error.to_error()
+
+    assert wire == {"code": -32603, "message": "boom", "data": {"detail": [1, 2]}}
+    assert type(wire["data"]) is dict
+
+
+def test_error_message_is_also_the_exception_text() -> None:
+    assert str(HeaderMismatch("Header mismatch: Mcp-Name")) == "Header mismatch: Mcp-Name"
+
+
+def test_missing_client_capability_names_the_capability_object_in_data() -> None:
+    error = MissingClientCapability({"elicitation": {"url": {}}})
+
+    assert error.to_error()["data"] == {"requiredCapabilities": {"elicitation": {"url": {}}}}
+    assert "elicitation" in error.message
+
+
+def test_missing_client_capability_accepts_a_custom_message() -> None:
+    error = MissingClientCapability({"sampling": {}}, "Server requires sampling")
+
+    assert error.to_error() == {
+        "code": -32021,
+        "message": "Server requires sampling",
+        "data": {"requiredCapabilities": {"sampling": {}}},
+    }
+
+
+def test_unsupported_protocol_version_lists_supported_and_requested() -> None:
+    error = UnsupportedProtocolVersion("1900-01-01", ("2026-07-28",))
+
+    assert error.to_error()["data"] == {"supported": ["2026-07-28"], "requested": "1900-01-01"}
+
+
+def test_resource_not_found_is_invalid_params_with_the_uri() -> None:
+    error = ResourceNotFound("file:///nowhere.txt")
+
+    assert isinstance(error, InvalidParams)
+    assert error.to_error()["data"] == {"uri": "file:///nowhere.txt"}
+    assert "file:///nowhere.txt" in error.message
+
+
+@pytest.mark.parametrize("reason", ["expired", "principal", "bad signature or unknown key", "audience", ""])
+def test_invalid_request_state_tells_the_client_one_fixed_message_whatever_the_reason(reason: str) -> None:
+    error = InvalidRequestState(reason)
+
+    assert error.reason == reason
+    assert error.code == INVALID_PARAMS
+    assert error.message == "Invalid or expired requestState"
+    assert error.to_error() == {
+        "code": -32602,
+        "message": "Invalid or expired requestState",
+        "data": {"reason": "invalid_request_state"},
+    }
+
+
+def test_invalid_request_state_is_an_invalid_params_error() -> None:
+    assert isinstance(InvalidRequestState("expired"), InvalidParams)
+
+
+def test_missing_meta_is_an_invalid_params_error() -> None:
+    assert isinstance(MissingMeta("x"), InvalidParams)
