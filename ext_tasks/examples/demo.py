@@ -1,10 +1,14 @@
 """The demo tools served by ``ext-tasks serve`` without ``--tools``: a small release desk, after the
-seeds' deploy / rollback / migrate example. Deploying to production asks for confirmation through a
-multi round-trip request; everything else answers at once. (The tasks issue turns these into tasks.)
+seeds' deploy / rollback / migrate example. ``deploy`` runs as a task when the client declares the
+tasks extension (inline otherwise); deploying to production asks for confirmation first, inside the
+task or through a multi round-trip request, and the rollout reports its progress as the task's
+``statusMessage``. The task id is the deploy's idempotency key, so a run taken over after a crash does
+not deploy twice.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated, Literal
 
 from pydantic import Field
@@ -24,7 +28,13 @@ _CONFIRM = {
 }
 
 
-@registry.tool(description="Deploy a git ref of a service; production deploys ask for confirmation first.")
+#: Deploys already started, by idempotency key (a real desk would ask its deploy system).
+_started: dict[str, str] = {}
+
+
+@registry.tool(
+    task="optional", description="Deploy a git ref of a service; production deploys ask for confirmation first."
+)
 async def deploy(
     ctx: Context,
     service: Annotated[str, Field(description="Service name, e.g. billing")],
@@ -35,9 +45,12 @@ async def deploy(
         answer = await ctx.elicit("confirm", f"Deploy {service}@{ref} to production?", _CONFIRM)
         if answer.action != "accept" or not (answer.content or {}).get("confirm"):
             return f"Deploy of {service}@{ref} to production was not confirmed; nothing changed."
-    await ctx.report_progress(1, 2, f"rolling out {service}@{ref}")
-    await ctx.report_progress(2, 2, "healthy")
-    return f"Deployed {service}@{ref} to {environment}."
+    key = ctx.task_id or f"inline:{service}@{ref}:{environment}"
+    deployment = _started.setdefault(key, f"deploy-{len(_started) + 1}")
+    for step, phase in enumerate(("pulling image", "rolling out", "checking health"), start=1):
+        await ctx.report_progress(step, 3, f"{service}@{ref}: {phase}")
+        await asyncio.sleep(0.2)
+    return f"Deployed {service}@{ref} to {environment} ({deployment})."
 
 
 @registry.tool(description="Roll a service back to its previous release.")

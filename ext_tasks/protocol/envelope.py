@@ -164,10 +164,10 @@ def _header_matches(header: str, value: object) -> bool:
     if isinstance(value, int):
         # Integers compare numerically ("42.0" matches 42) but exactly: as floats, 2**53 + 1 == 2**53.
         try:
-            number = Decimal(header)
+            exact = Decimal(header)
         except InvalidOperation:
             return False
-        return number.is_finite() and number == value
+        return exact.is_finite() and exact == value
     if isinstance(value, float):
         try:
             number = float(header)
