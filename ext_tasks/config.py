@@ -47,7 +47,10 @@ class Settings:
     shutdown_grace_s: float = 10.0
     task_ttl_ms: int = 3_600_000
     task_max_ttl_ms: int = 86_400_000
-    poll_interval_ms: int = 500
+    poll_interval_ms: int = 250
+    poll_max_ms: int = 5_000
+    sensitive_grace_ms: int = 30_000
+    idempotency_window_s: int = 86_400
 
     @property
     def bound_to_loopback(self) -> bool:
@@ -91,8 +94,12 @@ class Settings:
             raise ConfigError("EXT_TASKS_LEASE_S must be at least 1 and EXT_TASKS_SHUTDOWN_GRACE_S not negative")
         if not 0 < self.task_ttl_ms <= self.task_max_ttl_ms:
             raise ConfigError("EXT_TASKS_TASK_TTL_MS must be positive and at most EXT_TASKS_TASK_MAX_TTL_MS")
-        if self.poll_interval_ms < 1:
-            raise ConfigError("EXT_TASKS_POLL_INTERVAL_MS must be positive")
+        if not 0 < self.poll_interval_ms <= self.poll_max_ms:
+            raise ConfigError("EXT_TASKS_POLL_INTERVAL_MS must be positive and at most EXT_TASKS_POLL_INTERVAL_MAX_MS")
+        if self.sensitive_grace_ms < 0 or self.idempotency_window_s <= 0:
+            raise ConfigError(
+                "EXT_TASKS_SENSITIVE_GRACE_MS must not be negative and EXT_TASKS_IDEMPOTENCY_WINDOW_S must be positive"
+            )
         return self
 
     def with_overrides(self, **overrides: Any) -> Settings:
@@ -184,4 +191,7 @@ def settings_from_env(env: Mapping[str, str] | None = None) -> Settings:
         task_ttl_ms=_number(env, "EXT_TASKS_TASK_TTL_MS", defaults.task_ttl_ms),
         task_max_ttl_ms=_number(env, "EXT_TASKS_TASK_MAX_TTL_MS", defaults.task_max_ttl_ms),
         poll_interval_ms=_number(env, "EXT_TASKS_POLL_INTERVAL_MS", defaults.poll_interval_ms),
+        poll_max_ms=_number(env, "EXT_TASKS_POLL_INTERVAL_MAX_MS", defaults.poll_max_ms),
+        sensitive_grace_ms=_number(env, "EXT_TASKS_SENSITIVE_GRACE_MS", defaults.sensitive_grace_ms),
+        idempotency_window_s=_number(env, "EXT_TASKS_IDEMPOTENCY_WINDOW_S", defaults.idempotency_window_s),
     )

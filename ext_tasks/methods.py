@@ -27,7 +27,7 @@ from .protocol.wire import (
     validate_params,
 )
 from .results import prompt_result, resource_result
-from .task_methods import TaskMethods, declares_tasks, require_tasks_extension
+from .task_methods import META_TASK_POLICY, TaskMethods, declares_tasks, require_tasks_extension
 from .tools import ToolRegistry
 
 logger = logging.getLogger("ext_tasks.methods")
@@ -98,6 +98,8 @@ class CoreMethods:
         result: Result = {"supportedVersions": list(MODERN_VERSIONS), "capabilities": self.capabilities()}
         if self.registry.instructions:
             result["instructions"] = self.registry.instructions
+        if self.tasks is not None:
+            result["_meta"] = {META_TASK_POLICY: self.tasks.options.published()}
         return self._cacheable(result)
 
     async def list_tools(self, call: Call) -> Result:

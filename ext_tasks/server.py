@@ -73,6 +73,9 @@ def build_engine(registry: ToolRegistry, settings: Settings, store: TaskStore) -
         default_ttl_ms=settings.task_ttl_ms,
         max_ttl_ms=settings.task_max_ttl_ms,
         poll_interval_ms=settings.poll_interval_ms,
+        poll_max_ms=settings.poll_max_ms,
+        sensitive_grace_ms=settings.sensitive_grace_ms,
+        idempotency_window_ms=settings.idempotency_window_s * 1000,
     )
     return Engine(registry, codec, options, tasks=TaskMethods(store, task_options))
 

@@ -10,6 +10,7 @@ expired one and one of another principal answer -32602, the last exactly like an
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 import time
 from collections.abc import Callable, Mapping
@@ -21,17 +22,19 @@ from pydantic import Field
 from .auth import Principal
 from .protocol.envelope import Envelope
 from .protocol.errors import InvalidParams, MissingClientCapability
+from .protocol.resume import digest_arguments
 from .protocol.states import TaskStatus
 from .protocol.tasks import (
     EXTENSION_ID,
     TaskRecord,
     answers_merged,
     cancelled,
+    delivered,
     detailed_task_wire,
     task_wire,
 )
 from .protocol.wire import WireModel, parse_input_responses, validate_params
-from .store.base import Expired, TaskStore
+from .store.base import ExistingTask, Expired, IdempotencyClaim, TaskStore
 from .tools import Tool
 
 Result = dict[str, Any]
@@ -42,9 +45,28 @@ _COMMIT_ATTEMPTS: Final = 5
 
 @dataclass(frozen=True, slots=True)
 class TaskOptions:
+    """The server's task policy; published to clients in ``server/discover`` (:meth:`published`)."""
+
     default_ttl_ms: int = 3_600_000
     max_ttl_ms: int = 86_400_000
-    poll_interval_ms: int = 500
+    poll_interval_ms: int = 250
+    poll_max_ms: int = 5_000
+    sensitive_grace_ms: int = 30_000
+    idempotency_window_ms: int = 86_400_000
+
+    def published(self) -> dict[str, int]:
+        return {
+            "defaultTtlMs": self.default_ttl_ms,
+            "maxTtlMs": self.max_ttl_ms,
+            "pollIntervalMs": self.poll_interval_ms,
+            "maxPollIntervalMs": self.poll_max_ms,
+            "sensitiveGraceMs": self.sensitive_grace_ms,
+            "idempotencyWindowMs": self.idempotency_window_ms,
+        }
+
+
+#: Where ``server/discover`` publishes the task policy (this project's own ``_meta`` namespace).
+META_TASK_POLICY: Final = "dev.ext-tasks/taskPolicy"
 
 
 class _TaskIdParams(WireModel):
@@ -64,6 +86,12 @@ def require_tasks_extension(envelope: Envelope) -> None:
         )
 
 
+def _scoped(scope: str, value: str) -> str:
+    """A fixed-length digest of ``value`` within ``scope`` (keys of different principals never collide,
+    and neither the principal nor the client's key is stored in clear)."""
+    return hashlib.sha256(f"{scope}\0{value}".encode()).hexdigest()
+
+
 def new_task_id() -> str:
     # 144 random bits: task ids may act as bearer tokens, so they must not be guessable.
     return secrets.token_urlsafe(18)
@@ -81,8 +109,11 @@ class TaskMethods:
         self.options = options or TaskOptions()
         self._clock_ms = clock_ms
 
-    def ttl_for(self, tool: Tool) -> int:
-        return min(tool.ttl_ms or self.options.default_ttl_ms, self.options.max_ttl_ms)
+    def ttl_for(self, tool: Tool, hint_ms: int | None = None) -> int:
+        """The lifetime the server grants: the client's hint (2025-11-25 ``params.task.ttl``) if any,
+        else the tool's own, else the default; never more than the maximum."""
+        wanted = hint_ms if hint_ms is not None and hint_ms > 0 else tool.ttl_ms or self.options.default_ttl_ms
+        return min(int(wanted), self.options.max_ttl_ms)
 
     async def create(
         self,
@@ -93,9 +124,16 @@ class TaskMethods:
         *,
         answers: Mapping[str, Any] | None = None,
         state: Any = None,
+        ttl_hint_ms: int | None = None,
     ) -> Result:
-        """Create the task durably (its first run queued in the same step) and answer ``CreateTaskResult``."""
+        """Create the task durably (its first run queued in the same step) and answer ``CreateTaskResult``.
+
+        With an idempotency key (``envelope.idempotency_key``) a resend of the same call by the same
+        principal within the window answers the task the first send created, and starts nothing; the
+        same key with another tool or other arguments is refused with -32602.
+        """
         now = self._clock_ms()
+        ttl_ms = self.ttl_for(tool, ttl_hint_ms)
         record = TaskRecord(
             task_id=new_task_id(),
             owner=principal.id,
@@ -105,14 +143,38 @@ class TaskMethods:
             version=1,
             created_at_ms=now,
             updated_at_ms=now,
-            ttl_ms=self.ttl_for(tool),
+            ttl_ms=ttl_ms,
             poll_interval_ms=self.options.poll_interval_ms,
+            poll_max_ms=tool.poll_max_ms or self.options.poll_max_ms,
+            sensitive=tool.sensitive,
             client_capabilities=dict(envelope.client_capabilities),
             answers=dict(answers or {}),
             state=state,
         )
-        await self.store.create(record)
-        return {"resultType": "task", **task_wire(record)}
+        claim = None
+        if envelope.idempotency_key is not None:
+            claim = IdempotencyClaim(
+                key=_scoped(principal.id, envelope.idempotency_key),
+                fingerprint=_scoped(tool.name, digest_arguments(arguments)),
+                # The key never outlives the task it names.
+                window_ms=min(self.options.idempotency_window_ms, ttl_ms),
+            )
+        existing = await self.store.create(record, claim)
+        if existing is not None:
+            assert claim is not None
+            return await self._resent(existing, claim, principal)
+        return {"resultType": "task", **task_wire(record, now)}
+
+    async def _resent(self, existing: ExistingTask, claim: IdempotencyClaim, principal: Principal) -> Result:
+        if existing.fingerprint != claim.fingerprint:
+            raise InvalidParams(
+                "Invalid params: this idempotency key was already used for a different tool or different "
+                "arguments; use a new key for a different call"
+            )
+        found = await self.store.lookup(existing.task_id)
+        if not isinstance(found, TaskRecord) or found.owner != principal.id:
+            raise InvalidParams("Failed to retrieve task: Task has expired")
+        return {"resultType": "task", **task_wire(found, self._clock_ms())}
 
     async def _find(self, params: Mapping[str, Any], envelope: Envelope, principal: Principal) -> TaskRecord:
         require_tasks_extension(envelope)
@@ -127,7 +189,16 @@ class TaskMethods:
 
     async def get(self, params: Mapping[str, Any], envelope: Envelope, principal: Principal) -> Result:
         record = await self._find(params, envelope, principal)
-        return {"resultType": "complete", **detailed_task_wire(record)}
+        now = self._clock_ms()
+        shrunk = delivered(record, now, self.options.sensitive_grace_ms)
+        if shrunk is not None:
+            # A sensitive outcome is handed out now: shorten what is left of its life before replying,
+            # so the ttlMs the client sees is already the truth.
+            if await self.store.commit(shrunk, expect_version=record.version):
+                record = shrunk
+            else:
+                record = await self._find(params, envelope, principal)
+        return {"resultType": "complete", **detailed_task_wire(record, now)}
 
     async def update(self, params: Mapping[str, Any], envelope: Envelope, principal: Principal) -> Result:
         record = await self._find(params, envelope, principal)

@@ -118,6 +118,8 @@ class Tool:
     task: TaskSupport = "forbidden"
     preflight: bool = False
     ttl_ms: int | None = None
+    poll_max_ms: int | None = None
+    sensitive: bool = False
 
     def describe(self) -> dict[str, Any]:
         described: dict[str, Any] = {
@@ -253,6 +255,8 @@ class ToolRegistry:
         task: TaskSupport = "forbidden",
         preflight: bool = False,
         ttl_ms: int | None = None,
+        poll_max_ms: int | None = None,
+        sensitive: bool = False,
     ) -> Callable[[F], F]:
         """Register an async function as a tool.
 
@@ -261,12 +265,15 @@ class ToolRegistry:
         answers -32021 to a request that does not declare the extension. ``preflight=True`` runs the
         function inline first, so it can ask for input through multi round-trip requests, until it
         calls ``await ctx.start_task()``. ``ttl_ms`` overrides the server's default task lifetime
-        (capped by the server's maximum).
+        (capped by the server's maximum); ``poll_max_ms`` the ceiling of the suggested poll interval.
+        ``sensitive=True``: once ``tasks/get`` has delivered the outcome, the task is kept only for the
+        server's short grace period, and ``ttlMs`` says so.
         """
         if task not in ("forbidden", "optional", "required"):
             raise ValueError(f"task must be 'forbidden', 'optional' or 'required', not {task!r}")
-        if ttl_ms is not None and (not isinstance(ttl_ms, int) or ttl_ms <= 0):
-            raise ValueError("ttl_ms must be a positive integer number of milliseconds")
+        for label, value in (("ttl_ms", ttl_ms), ("poll_max_ms", poll_max_ms)):
+            if value is not None and (not isinstance(value, int) or value <= 0):
+                raise ValueError(f"{label} must be a positive integer number of milliseconds")
 
         def register(fn: F) -> F:
             signature = _Signature.of(fn, raw_schema=input_schema is not None)
@@ -288,6 +295,8 @@ class ToolRegistry:
                 task=task,
                 preflight=preflight,
                 ttl_ms=ttl_ms,
+                poll_max_ms=poll_max_ms,
+                sensitive=sensitive,
             )
             self.add_tool(tool)
             return fn

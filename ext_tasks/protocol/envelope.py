@@ -15,7 +15,7 @@ import base64
 import binascii
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal, InvalidOperation
 from typing import Any, Final
 
@@ -52,6 +52,10 @@ LOG_LEVELS: Final[tuple[str, ...]] = (
     "emergency",
 )
 
+#: This project's own ``_meta`` key for retry-safe task creation (also accepted: ``Idempotency-Key``).
+META_IDEMPOTENCY_KEY: Final = "dev.ext-tasks/idempotencyKey"
+MAX_IDEMPOTENCY_KEY_CHARS: Final = 255
+
 _B64_PREFIX: Final = "=?base64?"
 _B64_SUFFIX: Final = "?="
 
@@ -65,6 +69,7 @@ class Envelope:
     client_info: Mapping[str, Any] | None
     log_level: str | None
     progress_token: str | int | None
+    idempotency_key: str | None = None
 
     def wants_stream(self) -> bool:
         """Whether notifications may be sent for this request (so the reply should be SSE)."""
@@ -92,7 +97,27 @@ def check_envelope(
     if header_params:
         arguments = request.params.get("arguments")
         _check_param_headers(headers, header_params, arguments if isinstance(arguments, dict) else {})
-    return envelope
+    key = _idempotency_key(request.params["_meta"].get(META_IDEMPOTENCY_KEY), headers)
+    return envelope if key is None else replace(envelope, idempotency_key=key)
+
+
+def _idempotency_key(meta_value: object, headers: Headers) -> str | None:
+    values = headers.get("idempotency-key") or ()
+    if len(values) > 1:
+        raise HeaderMismatch("Header mismatch: header Idempotency-Key was sent more than once")
+    header = values[0].strip(" \t").strip('"') if values else None
+    if meta_value is not None and not isinstance(meta_value, str):
+        raise InvalidParams(f"Invalid params: _meta[{META_IDEMPOTENCY_KEY!r}] must be a string")
+    if header is not None and meta_value is not None and header != meta_value:
+        raise InvalidParams(f"Invalid params: Idempotency-Key header and _meta[{META_IDEMPOTENCY_KEY!r}] differ")
+    key = meta_value if meta_value is not None else header
+    if key is not None and not (
+        0 < len(key) <= MAX_IDEMPOTENCY_KEY_CHARS and all(0x20 <= ord(ch) <= 0x7E for ch in key)
+    ):
+        raise InvalidParams(
+            f"Invalid params: an idempotency key must be 1 to {MAX_IDEMPOTENCY_KEY_CHARS} visible ASCII characters"
+        )
+    return key
 
 
 def _check_meta(meta: object) -> Envelope:

@@ -40,6 +40,12 @@ class TaskRecord:
     result: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
     attempts: int = 0
+    #: Ceiling of the suggested poll interval; ``poll_interval_ms`` is where it starts.
+    poll_max_ms: int | None = None
+    #: A sensitive task's lifetime shrinks to a short grace once ``tasks/get`` delivered its outcome.
+    sensitive: bool = False
+    #: When ``tasks/get`` first delivered the terminal outcome (``None`` until then).
+    delivered_at_ms: int | None = None
 
     @property
     def expires_at_ms(self) -> int | None:
@@ -99,28 +105,51 @@ def cancelled(record: TaskRecord, now_ms: int) -> TaskRecord:
     )
 
 
+def poll_interval(record: TaskRecord, now_ms: int | None) -> int:
+    """The suggested poll interval at ``now_ms``: a tenth of the task's age, at least the record's
+    starting interval and at most its ceiling. Short tasks are polled briskly, long ones rarely."""
+    start = record.poll_interval_ms
+    if now_ms is None or record.poll_max_ms is None:
+        return start
+    return int(min(record.poll_max_ms, max(start, (now_ms - record.created_at_ms) // 10)))
+
+
+def delivered(record: TaskRecord, now_ms: int, grace_ms: int) -> TaskRecord | None:
+    """The record after ``tasks/get`` handed out its terminal outcome, or ``None`` if nothing changes.
+
+    For a sensitive task the remaining lifetime shrinks to ``grace_ms`` from now (never grows), and
+    ``ttlMs`` says so, since it counts from ``createdAt``. The status does not change.
+    """
+    if not record.terminal or not record.sensitive or record.delivered_at_ms is not None:
+        return None
+    shrunk = now_ms + grace_ms - record.created_at_ms
+    ttl_ms = shrunk if record.ttl_ms is None else min(record.ttl_ms, shrunk)
+    return dataclasses.replace(record, ttl_ms=max(1, ttl_ms), delivered_at_ms=now_ms, version=record.version + 1)
+
+
 def iso8601(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def task_wire(record: TaskRecord) -> dict[str, Any]:
-    """The ``Task`` fields shared by ``CreateTaskResult``, ``tasks/get`` and ``notifications/tasks``."""
+def task_wire(record: TaskRecord, now_ms: int | None = None) -> dict[str, Any]:
+    """The ``Task`` fields shared by ``CreateTaskResult``, ``tasks/get`` and ``notifications/tasks``;
+    ``now_ms`` dates the poll-interval suggestion."""
     wire: dict[str, Any] = {
         "taskId": record.task_id,
         "status": record.status.value,
         "createdAt": iso8601(record.created_at_ms),
         "lastUpdatedAt": iso8601(record.updated_at_ms),
         "ttlMs": record.ttl_ms,
-        "pollIntervalMs": record.poll_interval_ms,
+        "pollIntervalMs": poll_interval(record, now_ms),
     }
     if record.status_message is not None:
         wire["statusMessage"] = record.status_message
     return wire
 
 
-def detailed_task_wire(record: TaskRecord) -> dict[str, Any]:
+def detailed_task_wire(record: TaskRecord, now_ms: int | None = None) -> dict[str, Any]:
     """``DetailedTask``: the status-specific member (inputRequests, result or error) included."""
-    wire = task_wire(record)
+    wire = task_wire(record, now_ms)
     if record.status is TaskStatus.INPUT_REQUIRED:
         wire["inputRequests"] = dict(record.input_requests)
     elif record.status is TaskStatus.COMPLETED and record.result is not None:

@@ -3,6 +3,9 @@
 Guarantees every implementation gives (the contract tests in ``tests/contract`` check them):
 
 * ``create`` is durable before it returns, and queues the task's first run in the same atomic step.
+  With an :class:`IdempotencyClaim` it first looks the claim's key up, in the same step: if a task
+  was already created under it (within its window), nothing is created and that task is named
+  instead, so concurrent resends on any instances start exactly one run.
 * ``commit`` is a compare-and-set on ``version``: it applies a new record only if the stored one still
   has ``expect_version``; otherwise nothing changes and it returns ``False``. When asked, it queues a
   run and/or announces a cancellation in the same atomic step, so a crash can never leave a task
@@ -46,6 +49,24 @@ class TaskStoreUnavailable(InternalError):
 
 
 @dataclass(frozen=True, slots=True)
+class IdempotencyClaim:
+    """``key`` is already scoped to the principal (callers hash principal and client key together);
+    ``fingerprint`` identifies the tool and arguments the key was first used with."""
+
+    key: str
+    fingerprint: str
+    window_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ExistingTask:
+    """The task an idempotency key already names."""
+
+    task_id: str
+    fingerprint: str
+
+
+@dataclass(frozen=True, slots=True)
 class Run:
     """One queued execution of a task; ``delivery`` identifies it in the queue (for ack/heartbeat)."""
 
@@ -62,7 +83,10 @@ class TaskStore(Protocol):
         """Raise :class:`TaskStoreUnavailable` unless the store answers."""
         ...
 
-    async def create(self, record: TaskRecord) -> None: ...
+    async def create(self, record: TaskRecord, idempotency: IdempotencyClaim | None = None) -> ExistingTask | None:
+        """Create ``record`` (and queue its run); or, if ``idempotency`` names an earlier task, only
+        return that task."""
+        ...
 
     async def lookup(self, task_id: str) -> TaskRecord | Expired | None: ...
 

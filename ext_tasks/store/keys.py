@@ -1,7 +1,9 @@
 """Every Valkey key of the store, in one place (no other module formats a key).
 
 All keys of one task carry the task id as a hash tag (``{id}``), so each task's script touches one
-slot; the queue and the cancellation channel are shared by the fleet.
+slot; the queue, the idempotency keys and the cancellation channel are shared by the fleet (on a
+Valkey Cluster the creation script would need the idempotency key in the task's slot, which is a
+change of key scheme, not of logic).
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ class KeySchema:
 
     def tombstone(self, task_id: str) -> str:
         return f"{self.prefix}:tomb:{{{task_id}}}"
+
+    def idempotency(self, scoped_key: str) -> str:
+        return f"{self.prefix}:idem:{scoped_key}"
 
     @property
     def runs(self) -> str:

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Final
 
 from ..protocol.tasks import TaskRecord
-from .base import Expired, Run
+from .base import ExistingTask, Expired, IdempotencyClaim, Run
 
 #: How long an expired task is still reported as "expired" rather than "not found".
 TOMBSTONE_MS: Final = 24 * 3600 * 1000
@@ -24,6 +24,7 @@ class MemoryTaskStore:
         self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
         self._records: dict[str, TaskRecord] = {}
         self._tombstones: dict[str, tuple[str, int]] = {}
+        self._idempotency: dict[str, tuple[ExistingTask, int]] = {}
         self._queue: asyncio.Queue[str] = asyncio.Queue()
         self._deliveries = 0
         self._cancel_listeners: set[asyncio.Queue[str]] = set()
@@ -37,11 +38,20 @@ class MemoryTaskStore:
     async def ping(self) -> None:
         return None
 
-    async def create(self, record: TaskRecord) -> None:
+    async def create(self, record: TaskRecord, idempotency: IdempotencyClaim | None = None) -> ExistingTask | None:
+        now = self._clock_ms()
+        if idempotency is not None:
+            prior = self._idempotency.get(idempotency.key)
+            if prior is not None and now < prior[1]:
+                return prior[0]
         if record.task_id in self._records:
             raise ValueError(f"task {record.task_id} exists")
         self._records[record.task_id] = record
+        if idempotency is not None:
+            existing = ExistingTask(record.task_id, idempotency.fingerprint)
+            self._idempotency[idempotency.key] = (existing, now + idempotency.window_ms)
         self._queue.put_nowait(record.task_id)
+        return None
 
     async def lookup(self, task_id: str) -> TaskRecord | Expired | None:
         now = self._clock_ms()

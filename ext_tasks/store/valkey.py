@@ -19,17 +19,22 @@ from valkey.exceptions import ValkeyError as _ValkeyError
 
 from ..protocol.states import TaskStatus
 from ..protocol.tasks import TaskRecord
-from .base import Expired, Run, TaskStoreUnavailable
+from .base import ExistingTask, Expired, IdempotencyClaim, Run, TaskStoreUnavailable
 from .keys import KeySchema
 from .memory import TOMBSTONE_MS
 
 _CREATE: Final = """
+if KEYS[4] then
+  local prior = redis.call('GET', KEYS[4])
+  if prior then return prior end
+end
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-redis.call('HSET', KEYS[1], unpack(ARGV, 5))
+redis.call('HSET', KEYS[1], unpack(ARGV, 7))
 if ARGV[1] ~= '' then
   redis.call('SET', KEYS[2], ARGV[3], 'PXAT', ARGV[2])
   redis.call('PEXPIREAT', KEYS[1], ARGV[1])
 end
+if KEYS[4] then redis.call('SET', KEYS[4], ARGV[5], 'PX', ARGV[6]) end
 redis.call('XADD', KEYS[3], '*', 'task', ARGV[4])
 return 1
 """
@@ -68,6 +73,12 @@ def record_fields(record: TaskRecord) -> list[str]:
         fields["ttl_ms"] = str(record.ttl_ms)
     if record.status_message is not None:
         fields["status_message"] = record.status_message
+    if record.poll_max_ms is not None:
+        fields["poll_max_ms"] = str(record.poll_max_ms)
+    if record.sensitive:
+        fields["sensitive"] = "1"
+    if record.delivered_at_ms is not None:
+        fields["delivered_at_ms"] = str(record.delivered_at_ms)
     for name in _JSON_FIELDS:
         value = getattr(record, name)
         if value is not None:
@@ -89,6 +100,9 @@ def record_from_fields(fields: Mapping[str, str]) -> TaskRecord:
         poll_interval_ms=int(fields["poll_interval_ms"]),
         attempts=int(fields.get("attempts", "0")),
         status_message=fields.get("status_message"),
+        poll_max_ms=int(fields["poll_max_ms"]) if "poll_max_ms" in fields else None,
+        sensitive=fields.get("sensitive") == "1",
+        delivered_at_ms=int(fields["delivered_at_ms"]) if "delivered_at_ms" in fields else None,
         arguments=decoded.get("arguments") or {},
         client_capabilities=decoded.get("client_capabilities") or {},
         input_requests=decoded.get("input_requests") or {},
@@ -138,20 +152,28 @@ class ValkeyTaskStore:
         with _unavailable_on_connection_errors():
             await self._client.ping()
 
-    async def create(self, record: TaskRecord) -> None:
+    async def create(self, record: TaskRecord, idempotency: IdempotencyClaim | None = None) -> ExistingTask | None:
         expires = record.expires_at_ms
         args = [
             "" if expires is None else str(expires),
             "" if expires is None else str(expires + TOMBSTONE_MS),
             record.owner,
             record.task_id,
+            "" if idempotency is None else f"{record.task_id} {idempotency.fingerprint}",
+            "" if idempotency is None else str(max(1, idempotency.window_ms)),
             *record_fields(record),
         ]
         keys = [self.keys.task(record.task_id), self.keys.tombstone(record.task_id), self.keys.runs]
+        if idempotency is not None:
+            keys.append(self.keys.idempotency(idempotency.key))
         with _unavailable_on_connection_errors():
             created = await self._create(keys=keys, args=args)
+        if isinstance(created, str):
+            task_id, _, fingerprint = created.partition(" ")
+            return ExistingTask(task_id, fingerprint)
         if created != 1:
             raise ValueError(f"task {record.task_id} exists")
+        return None
 
     async def lookup(self, task_id: str) -> TaskRecord | Expired | None:
         with _unavailable_on_connection_errors():

@@ -19,6 +19,7 @@ import pytest
 
 from tests.support.mcp_http import post
 from tests.support.processes import REPO, ServerProcess, free_port, running_server
+from tests.support.valkey import running_valkey
 
 pytestmark = pytest.mark.e2e
 
@@ -153,18 +154,41 @@ def test_key_rotation_accepts_state_sealed_with_the_old_key(tmp_path: Path, http
 
 
 def test_workers_sharing_keys_accept_each_others_state(tmp_path: Path) -> None:
-    """``--workers 2`` with EXT_TASKS_STATE_KEYS: rounds on fresh connections (any worker) all complete."""
-    env = {"EXT_TASKS_STATE_KEYS": keygen()}
-    with running_server(tmp_path, tools=TOOLS, env=env, extra_args=("--workers", "2")) as server:
-        for attempt in range(12):
-            # A new connection per round lets the kernel hand each round to either worker.
-            with httpx.Client(timeout=10.0) as first:
-                state = expect_question(call_introduce(first, server), "name")
-            with httpx.Client(timeout=10.0) as second:
-                answers = {**accept("name", f"Ada{attempt}"), **accept("colour", "teal")}
-                final = call_introduce(second, server, responses=answers, state=state)
-            assert "result" in final, (attempt, final)
-            assert final["result"]["content"][0]["text"] == f"Hi, Ada{attempt}! Your favourite colour is teal."
+    """``--workers 2`` (which needs a shared store) with EXT_TASKS_STATE_KEYS: rounds on fresh
+    connections (so any worker process) all complete."""
+    with running_valkey(tmp_path / "valkey") as valkey:
+        env = {"EXT_TASKS_STATE_KEYS": keygen(), "EXT_TASKS_VALKEY_URL": valkey.url}
+        with running_server(tmp_path, tools=TOOLS, env=env, extra_args=("--workers", "2")) as server:
+            _rounds_on_fresh_connections_complete(server)
+
+
+def test_several_workers_without_a_shared_store_refuse_to_start(tmp_path: Path) -> None:
+    env = {**os.environ, "EXT_TASKS_STATE_KEYS": keygen()}
+    env.pop("EXT_TASKS_VALKEY_URL", None)
+    completed = subprocess.run(
+        [sys.executable, "-m", "ext_tasks", "serve", "--port", str(free_port()), "--tools", TOOLS, "--workers", "2"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=env,
+        cwd=REPO,
+        check=False,
+    )
+    assert completed.returncode == 2
+    assert "EXT_TASKS_VALKEY_URL" in completed.stderr
+    assert "Running on" not in completed.stdout + completed.stderr
+
+
+def _rounds_on_fresh_connections_complete(server: ServerProcess) -> None:
+    for attempt in range(12):
+        # A new connection per round lets the kernel hand each round to either worker.
+        with httpx.Client(timeout=10.0) as first:
+            state = expect_question(call_introduce(first, server), "name")
+        with httpx.Client(timeout=10.0) as second:
+            answers = {**accept("name", f"Ada{attempt}"), **accept("colour", "teal")}
+            final = call_introduce(second, server, responses=answers, state=state)
+        assert "result" in final, (attempt, final)
+        assert final["result"]["content"][0]["text"] == f"Hi, Ada{attempt}! Your favourite colour is teal."
 
 
 def test_several_workers_without_state_keys_refuse_to_start(tmp_path: Path) -> None:
