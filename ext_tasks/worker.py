@@ -32,7 +32,7 @@ from .invoke import invoke_tool
 from .protocol.envelope import Envelope
 from .protocol.errors import InternalError, MissingClientCapability, ProtocolError
 from .protocol.states import TaskEvent, TaskStatus
-from .protocol.tasks import TaskRecord, completed, failed, input_requested, transition
+from .protocol.tasks import TaskRecord, completed, failed, input_requested, rerun_requested, transition
 from .protocol.versions import MODERN_2026_07_28
 from .store.base import Run, TaskStore, TaskStoreUnavailable
 from .tools import ToolRegistry
@@ -172,7 +172,11 @@ class Worker:
             return None  # another worker or a cancellation got there first
         holder = _Current(claimed)
         outcome = await self._outcome(holder)
-        return await self._commit(holder.record, outcome)
+        # A state-only question leaves the task working with new state: it must be queued again.
+        rerun = outcome.status is TaskStatus.WORKING
+        if await self.store.commit(outcome, expect_version=holder.record.version, enqueue=rerun):
+            return outcome
+        return None
 
     async def _outcome(self, holder: _Current) -> TaskRecord:
         record = holder.record
@@ -204,8 +208,10 @@ class Worker:
             missing = missing_capabilities(asked.requests.values(), record.client_capabilities)
             if missing:
                 return failed(holder.record, MissingClientCapability(missing).to_error(), self._clock_ms())
-            requests = {key: request.to_wire() for key, request in asked.requests.items()}
             state = asked.state if asked.state is not None else ctx.state
+            if not asked.requests:
+                return rerun_requested(holder.record, state, self._clock_ms())
+            requests = {key: request.to_wire() for key, request in asked.requests.items()}
             return input_requested(holder.record, requests, state, self._clock_ms())
         except ProtocolError as exc:
             return failed(holder.record, exc.to_error(), self._clock_ms())

@@ -46,6 +46,9 @@ class TaskRecord:
     sensitive: bool = False
     #: When ``tasks/get`` first delivered the terminal outcome (``None`` until then).
     delivered_at_ms: int | None = None
+    #: Every key ever put in ``inputRequests`` -> the tool's own key for it. A question asked again
+    #: (its answer did not fit) goes out under a fresh key, since keys are unique for a task's life.
+    asked_as: dict[str, str] = field(default_factory=dict)
 
     @property
     def expires_at_ms(self) -> int | None:
@@ -69,7 +72,30 @@ def transition(record: TaskRecord, event: TaskEvent, now_ms: int, **changes: Any
 
 
 def input_requested(record: TaskRecord, requests: Mapping[str, dict[str, Any]], state: Any, now_ms: int) -> TaskRecord:
-    return transition(record, TaskEvent.INPUT_REQUESTED, now_ms, input_requests=dict(requests), state=state)
+    """The task waits for answers to ``requests`` (keyed by the tool's own keys).
+
+    A key that was asked before gets a fresh wire key (``confirm.2``, ``confirm.3`` ...): the spec
+    forbids reusing a key after its answer arrived. Reaching this resting point also resets the run
+    attempt count, which only counts runs that were interrupted.
+    """
+    asked_as = dict(record.asked_as)
+    wire: dict[str, dict[str, Any]] = {}
+    for key, request in requests.items():
+        wire_key = key
+        serial = 1
+        while wire_key in asked_as or (wire_key == key and key in record.answers):
+            serial += 1
+            wire_key = f"{key}.{serial}"
+        asked_as[wire_key] = key
+        wire[wire_key] = request
+    return transition(
+        record, TaskEvent.INPUT_REQUESTED, now_ms, input_requests=wire, state=state, asked_as=asked_as, attempts=0
+    )
+
+
+def rerun_requested(record: TaskRecord, state: Any, now_ms: int) -> TaskRecord:
+    """A state-only ``input_required`` inside a task: nothing to ask, so run again with ``state``."""
+    return transition(record, TaskEvent.PROGRESSED, now_ms, state=state, attempts=0)
 
 
 def answers_merged(record: TaskRecord, responses: Mapping[str, dict[str, Any]], now_ms: int) -> TaskRecord | None:
@@ -84,7 +110,8 @@ def answers_merged(record: TaskRecord, responses: Mapping[str, dict[str, Any]], 
     if not accepted:
         return None
     outstanding = {key: value for key, value in record.input_requests.items() if key not in accepted}
-    answers = {**record.answers, **accepted}
+    # Answers are kept under the tool's own key, whatever wire key the question went out under.
+    answers = {**record.answers, **{record.asked_as.get(key, key): value for key, value in accepted.items()}}
     if outstanding:
         return transition(record, TaskEvent.PROGRESSED, now_ms, input_requests=outstanding, answers=answers)
     return transition(record, TaskEvent.INPUT_PROVIDED, now_ms, input_requests={}, answers=answers)

@@ -51,7 +51,16 @@ if ARGV[2] ~= '' then redis.call('PEXPIREAT', KEYS[1], ARGV[2]) end
 return 1
 """
 
-_JSON_FIELDS: Final = ("arguments", "client_capabilities", "input_requests", "answers", "state", "result", "error")
+_JSON_FIELDS: Final = (
+    "arguments",
+    "client_capabilities",
+    "input_requests",
+    "answers",
+    "state",
+    "result",
+    "error",
+    "asked_as",
+)
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder()
 
@@ -107,6 +116,7 @@ def record_from_fields(fields: Mapping[str, str]) -> TaskRecord:
         client_capabilities=decoded.get("client_capabilities") or {},
         input_requests=decoded.get("input_requests") or {},
         answers=decoded.get("answers") or {},
+        asked_as=decoded.get("asked_as") or {},
         state=decoded.get("state"),
         result=decoded.get("result"),
         error=decoded.get("error"),

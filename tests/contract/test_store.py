@@ -11,7 +11,7 @@ import pytest
 
 from ext_tasks.protocol.states import TaskStatus
 from ext_tasks.protocol.tasks import TaskRecord, cancelled, completed
-from ext_tasks.store.base import Expired, TaskStore
+from ext_tasks.store.base import ExistingTask, Expired, IdempotencyClaim, TaskStore
 from ext_tasks.store.valkey import ValkeyTaskStore
 from tests.support.valkey import ValkeyServer
 
@@ -181,3 +181,29 @@ async def test_heartbeats_keep_a_run_from_being_reclaimed(valkey_server: ValkeyS
         assert await store.reclaim("other", 250, 10) == []
     finally:
         await store.close()
+
+
+async def test_an_idempotency_key_names_the_first_task_and_creates_nothing_more(store: TaskStore) -> None:
+    claim = IdempotencyClaim(key="principal-and-key", fingerprint="deploy+args", window_ms=60_000)
+    first = make_record("first")
+    assert await store.create(first, claim) is None
+    again = await store.create(make_record("second"), claim)
+    assert again == ExistingTask(task_id="first", fingerprint="deploy+args")
+    assert await store.lookup("second") is None
+    runs = await store.next_runs("consumer-a", 10, 1000)
+    assert [run.task_id for run in runs] == ["first"]
+
+
+async def test_concurrent_creations_under_one_key_create_exactly_one_task(store: TaskStore) -> None:
+    claim = IdempotencyClaim(key="racing-key", fingerprint="f", window_ms=60_000)
+    outcomes = await asyncio.gather(*(store.create(make_record(f"race-{i}"), claim) for i in range(10)))
+    created = [i for i, outcome in enumerate(outcomes) if outcome is None]
+    assert len(created) == 1
+    winner = f"race-{created[0]}"
+    assert all(outcome == ExistingTask(winner, "f") for outcome in outcomes if outcome is not None)
+
+
+async def test_different_idempotency_keys_create_different_tasks(store: TaskStore) -> None:
+    assert await store.create(make_record("a"), IdempotencyClaim("key-a", "f", 60_000)) is None
+    assert await store.create(make_record("b"), IdempotencyClaim("key-b", "f", 60_000)) is None
+    assert isinstance(await store.lookup("b"), TaskRecord)
