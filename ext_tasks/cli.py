@@ -59,19 +59,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(generate_key())  # noqa: T201 - the command's output
         return 0
     try:
-        settings = (
-            settings_from_env()
-            .with_overrides(
-                host=args.host, port=args.port, tools=args.tools, workers=args.workers, log_level=args.log_level
-            )
-            .validate()
-        )
+        overrides: dict[str, Any] = {"tools": args.tools, "valkey_url": args.valkey_url, "log_level": args.log_level}
+        if args.command == "serve":
+            overrides.update(host=args.host, port=args.port, workers=args.workers)
+            if args.no_task_workers:
+                overrides["run_workers"] = False
+        settings = settings_from_env().with_overrides(**overrides).validate()
+        if args.command == "worker" and settings.valkey_url is None:
+            raise ConfigError("`ext-tasks worker` serves a shared task store: set --valkey-url / EXT_TASKS_VALKEY_URL")
     except ConfigError as exc:
         print(f"ext-tasks: configuration error: {exc}", file=sys.stderr)  # noqa: T201
         return 2
     _configure_logging(settings.log_level)
     try:
-        return _serve(settings)
+        return _work(settings) if args.command == "worker" else _serve(settings)
     except ConfigError as exc:
         print(f"ext-tasks: configuration error: {exc}", file=sys.stderr)  # noqa: T201
         return 2
