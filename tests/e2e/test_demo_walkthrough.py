@@ -14,13 +14,14 @@ import httpx
 import pytest
 
 from ext_tasks.protocol.resume import generate_key
+from tests.support.cluster import wait_for as poll_until
 from tests.support.mcp_http import post
 from tests.support.processes import ServerProcess, running_server
 from tests.support.valkey import running_valkey
 
 pytestmark = pytest.mark.e2e
 
-TASKS = {"elicitation": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}}
+TASKS: dict[str, Any] = {"elicitation": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}}
 TTL_MS = 6_000
 GRACE_MS = 1_000
 
@@ -45,15 +46,8 @@ def call(client: httpx.Client, server: ServerProcess, method: str, params: dict[
     return message
 
 
-def wait_for(check: Callable[[], Any], timeout_s: float = 15.0, interval_s: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError("condition not met in time")
-        time.sleep(interval_s)
+def wait_for(check: Callable[[], Any], timeout_s: float = 15.0) -> Any:
+    return poll_until(check, timeout_s)
 
 
 def get(client: httpx.Client, server: ServerProcess, task_id: str) -> dict[str, Any]:
