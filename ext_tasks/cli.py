@@ -49,6 +49,14 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument("--log-level", help="debug, info, warning or error (EXT_TASKS_LOG_LEVEL, default info)")
         if command is not serve:
             command.add_argument("--tools", help="module defining `registry` (EXT_TASKS_TOOLS)")
+    proxy = commands.add_parser(
+        "proxy", help="serve 2025-11-25 task clients in front of a remote 2026-07-28 tasks server"
+    )
+    proxy.add_argument("--upstream", required=True, help="the upstream MCP endpoint, e.g. http://10.0.0.7:3001/mcp")
+    proxy.add_argument("--host", help="address to bind (EXT_TASKS_HOST, default 127.0.0.1)")
+    proxy.add_argument("--port", type=int, help="port to bind (EXT_TASKS_PORT, default 3001)")
+    proxy.add_argument("--valkey-url", help="keep legacy sessions in Valkey, for several proxy instances")
+    proxy.add_argument("--log-level", help="debug, info, warning or error (EXT_TASKS_LOG_LEVEL, default info)")
     commands.add_parser("keygen", help="print a new requestState key for EXT_TASKS_STATE_KEYS")
     return parser
 
@@ -59,9 +67,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(generate_key())  # noqa: T201 - the command's output
         return 0
     try:
-        overrides: dict[str, Any] = {"tools": args.tools, "valkey_url": args.valkey_url, "log_level": args.log_level}
+        overrides: dict[str, Any] = {"valkey_url": args.valkey_url, "log_level": args.log_level}
+        if args.command != "proxy":
+            overrides["tools"] = args.tools
+        if args.command in ("serve", "proxy"):
+            overrides.update(host=args.host, port=args.port)
         if args.command == "serve":
-            overrides.update(host=args.host, port=args.port, workers=args.workers)
+            overrides["workers"] = args.workers
             if args.no_task_workers:
                 overrides["run_workers"] = False
         settings = settings_from_env().with_overrides(**overrides).validate()
@@ -72,6 +84,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     _configure_logging(settings.log_level)
     try:
+        if args.command == "proxy":
+            return _proxy(settings, args.upstream)
         return _work(settings) if args.command == "worker" else _serve(settings)
     except ConfigError as exc:
         print(f"ext-tasks: configuration error: {exc}", file=sys.stderr)  # noqa: T201
@@ -80,6 +94,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _configure_logging(level: str) -> None:
     logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # One line per upstream request (the proxy) is noise at info level.
+    logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))
 
 
 def _hypercorn_config(settings: Settings) -> HypercornConfig:
@@ -131,6 +147,7 @@ def app_from_settings(settings: Settings) -> Litestar:
         build_authenticator(settings),
         on_startup=[runtime.start],
         on_shutdown=[runtime.stop],
+        shim=runtime.shim,
     )
 
 
@@ -158,6 +175,46 @@ def _work(settings: Settings) -> int:
 
     _run_loop(main)
     return 0
+
+
+def _proxy(settings: Settings, upstream_url: str) -> int:
+    """``ext-tasks proxy``: the legacy shim over a remote server, on one hypercorn process."""
+    from migration.proxy import ForwardingHandler
+    from migration.sessions import MemorySessionStore, SessionStore
+    from migration.shim import LegacyShim, ShimOptions
+    from migration.upstream import HttpUpstream
+
+    from .http import create_app
+    from .server import build_authenticator, build_codec
+
+    upstream = HttpUpstream(upstream_url)
+    sessions: SessionStore
+    if settings.valkey_url is None:
+        sessions = MemorySessionStore()
+    else:
+        from migration.valkey_sessions import ValkeySessionStore
+
+        sessions = ValkeySessionStore(settings.valkey_url, prefix=settings.valkey_prefix)
+    info = {"name": "ext-tasks-proxy", "version": _version()}
+    shim = LegacyShim(upstream, sessions, build_codec(settings, "ext-tasks-proxy"), ShimOptions(server_info=info))
+
+    async def close() -> None:
+        await sessions.close()
+        await upstream.close()
+
+    app = create_app(
+        ForwardingHandler(upstream), settings, build_authenticator(settings), on_shutdown=[close], shim=shim
+    )
+    return _run_single(app, _hypercorn_config(settings))
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("ext-tasks")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree
+        return "0.0.0"
 
 
 def _stop_event() -> asyncio.Event:

@@ -51,6 +51,7 @@ class Settings:
     poll_max_ms: int = 5_000
     sensitive_grace_ms: int = 30_000
     idempotency_window_s: int = 86_400
+    legacy: bool = True
 
     @property
     def bound_to_loopback(self) -> bool:
@@ -194,4 +195,5 @@ def settings_from_env(env: Mapping[str, str] | None = None) -> Settings:
         poll_max_ms=_number(env, "EXT_TASKS_POLL_INTERVAL_MAX_MS", defaults.poll_max_ms),
         sensitive_grace_ms=_number(env, "EXT_TASKS_SENSITIVE_GRACE_MS", defaults.sensitive_grace_ms),
         idempotency_window_s=_number(env, "EXT_TASKS_IDEMPOTENCY_WINDOW_S", defaults.idempotency_window_s),
+        legacy=not _flag(env, "EXT_TASKS_NO_LEGACY"),
     )

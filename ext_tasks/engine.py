@@ -14,7 +14,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from .auth import Principal
 from .context import Emit
@@ -65,6 +65,14 @@ class StreamReply:
 
 
 Reply = JsonReply | StreamReply
+
+
+class RequestHandler(Protocol):
+    """What the HTTP layer needs: the :class:`Engine`, or a proxy's forwarding handler."""
+
+    async def handle(self, body: bytes, headers: Headers, principal: Principal) -> Reply: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)

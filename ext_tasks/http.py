@@ -1,8 +1,9 @@
 """The Litestar app: ``POST /mcp``. Origin/Host checks, the body limit, and engine replies as HTTP.
 
-This module never interprets MCP: it hands ``(body, headers, principal)`` to the engine and writes
-what comes back, as one JSON object or as an SSE stream. ``GET``/``DELETE`` on the endpoint answer 405
-(the 2026-07-28 transport has no GET stream and no sessions).
+This module never interprets MCP: it hands ``(body, headers, principal)`` to the engine (or, for
+2025-11-25 traffic, to the migration shim) and writes what comes back, as one JSON object or as an SSE
+stream. ``GET``/``DELETE`` serve legacy sessions only; otherwise they answer 405 (the 2026-07-28
+transport has no GET stream and no sessions).
 """
 
 from __future__ import annotations
@@ -11,13 +12,17 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Final
 from urllib.parse import urlsplit
 
-from litestar import Litestar, Request, Response, post
+from litestar import HttpMethod, Litestar, Request, Response, post, route
 from litestar.exceptions import HTTPException
 from litestar.response import Stream
 
+from migration.era import classify
+from migration.shim import LegacyReply, LegacyShim
+from migration.upstream import Caller
+
 from .auth import Authenticator, Unauthenticated
 from .config import LOOPBACK_HOSTS, Settings
-from .engine import Engine, JsonReply, StreamItem, StreamReply
+from .engine import JsonReply, RequestHandler, StreamItem, StreamReply
 from .protocol.errors import BodyTooLarge, ForbiddenOrigin, InvalidRequest, ProtocolError
 from .protocol.jsonrpc import encode, error_message
 
@@ -88,15 +93,21 @@ async def _sse(items: AsyncIterator[StreamItem]) -> AsyncIterator[bytes]:
 
 
 def create_app(
-    engine: Engine,
+    engine: RequestHandler,
     settings: Settings,
     authenticator: Authenticator,
     *,
     on_startup: Sequence[Callable[[], Awaitable[None]]] = (),
     on_shutdown: Sequence[Callable[[], Awaitable[None]]] = (),
+    shim: LegacyShim | None = None,
 ) -> Litestar:
+    """The app. With ``shim``, 2025-11-25 clients are served on the same endpoint (era routing)."""
     policy = OriginPolicy(settings)
     limit = settings.max_body_bytes
+
+    def caller_of(headers: dict[str, list[str]]) -> Caller:
+        authorization = headers.get("authorization")
+        return Caller(authenticator.authenticate(headers), authorization[0] if authorization else None)
 
     @post("/mcp", status_code=200)
     async def mcp(request: Request[Any, Any, Any]) -> Response[bytes] | Stream:
@@ -106,17 +117,34 @@ def create_app(
             content_type = (headers.get("content-type") or [JSON])[0].split(";")[0].strip().lower()
             if content_type != JSON:
                 raise InvalidRequest(f"Invalid Request: Content-Type must be {JSON}")
-            principal = authenticator.authenticate(headers)
+            caller = caller_of(headers)
             body = await _read_body(request, limit)
         except ProtocolError as exc:
             return _error_response(exc)
-        reply = await engine.handle(body, headers, principal)
+        if shim is not None and classify(headers, body) == "legacy":
+            return _legacy(await shim.post(body, headers, caller))
+        reply = await engine.handle(body, headers, caller.principal)
         if isinstance(reply, StreamReply):
             return Stream(_sse(reply.items), media_type="text/event-stream", headers=_SSE_HEADERS)
         return _json(reply)
 
+    @route("/mcp", http_method=[HttpMethod.GET, HttpMethod.DELETE], status_code=200)
+    async def sessions(request: Request[Any, Any, Any]) -> Response[bytes] | Stream:
+        """Legacy sessions only: the GET stream and DELETE. The 2026-07-28 transport answers 405."""
+        headers = _headers(request)
+        if shim is None or not headers.get("mcp-session-id"):
+            return Response(content=b"", status_code=405, headers={"Allow": "POST"})
+        try:
+            policy.check(headers)
+            caller = caller_of(headers)
+        except ProtocolError as exc:
+            return _error_response(exc)
+        if request.method == HttpMethod.GET:
+            return _legacy(await shim.get(headers, caller))
+        return _legacy(await shim.delete(headers, caller))
+
     return Litestar(
-        route_handlers=[mcp],
+        route_handlers=[mcp, sessions],
         request_max_body_size=limit,
         on_startup=list(on_startup),
         # Listen streams end first (engine.close), then the callers' own shutdown (workers, store).
@@ -124,6 +152,14 @@ def create_app(
         openapi_config=None,
         logging_config=None,
     )
+
+
+def _legacy(reply: LegacyReply) -> Response[bytes] | Stream:
+    if reply.stream is not None:
+        return Stream(_sse(reply.stream), media_type="text/event-stream", headers={**_SSE_HEADERS, **reply.headers})
+    if reply.message is None:
+        return Response(content=b"", status_code=reply.status, headers=reply.headers)
+    return Response(content=encode(reply.message), status_code=reply.status, media_type=JSON, headers=reply.headers)
 
 
 def _json(reply: JsonReply) -> Response[bytes]:

@@ -16,7 +16,7 @@ from .protocol.envelope import Envelope
 from .protocol.errors import InternalError, InvalidParams, MethodNotFound, ProtocolError, ResourceNotFound
 from .protocol.jsonrpc import Request
 from .protocol.resume import ResumeCodec
-from .protocol.tasks import EXTENSION_ID
+from .protocol.tasks import EXTENSION_ID, META_TTL_HINT
 from .protocol.versions import MODERN_VERSIONS
 from .protocol.wire import (
     CallToolParams,
@@ -133,17 +133,20 @@ class CoreMethods:
         if tool.task == "required" and not declares:
             require_tasks_extension(call.envelope)  # -32021 before the function runs
         as_task = tool.task != "forbidden" and declares and self.tasks is not None
+        hint = _ttl_hint(call.request.params)
         if as_task and not tool.preflight:
             assert self.tasks is not None
             tool.check_arguments(arguments)  # invalid arguments answer -32602 now, not as a failed task
-            return await self.tasks.create(tool, arguments, call.envelope, call.principal)
+            return await self.tasks.create(tool, arguments, call.envelope, call.principal, ttl_hint_ms=hint)
 
         async def body(ctx: Context) -> Result:
             return await invoke_tool(tool, arguments, ctx)
 
         async def start_task(answers: dict[str, Any], state: Any) -> Result:
             assert self.tasks is not None
-            return await self.tasks.create(tool, arguments, call.envelope, call.principal, answers=answers, state=state)
+            return await self.tasks.create(
+                tool, arguments, call.envelope, call.principal, answers=answers, state=state, ttl_hint_ms=hint
+            )
 
         return await self._round(call, "tools/call", params.name, arguments, body, start_task if as_task else None)
 
@@ -240,6 +243,11 @@ async def _call_or_internal(awaitable: Awaitable[Any], what: str) -> Any:
     except Exception:
         logger.exception("%s raised", what)
         raise InternalError(f"Internal error in {what}") from None
+
+
+def _ttl_hint(params: dict[str, Any]) -> int | None:
+    hint = params["_meta"].get(META_TTL_HINT)
+    return hint if isinstance(hint, int) and not isinstance(hint, bool) and hint > 0 else None
 
 
 def _no_cursor(call: Call) -> None:

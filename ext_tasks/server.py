@@ -7,6 +7,10 @@ import importlib
 import logging
 import secrets
 
+from migration.sessions import MemorySessionStore, SessionStore
+from migration.shim import LegacyShim, ShimOptions
+from migration.upstream import EngineUpstream
+
 from .auth import AnonymousAuthenticator, Authenticator, BearerTokenAuthenticator
 from .config import ConfigError, Settings
 from .engine import Engine, EngineOptions
@@ -87,14 +91,35 @@ def build_worker(registry: ToolRegistry, settings: Settings, store: TaskStore) -
     return Worker(store, registry, options)
 
 
+def build_shim(engine: Engine, settings: Settings) -> tuple[LegacyShim, SessionStore]:
+    """The 2025-11-25 front end over this server's own engine, with sessions in the shared store."""
+    sessions: SessionStore
+    if settings.valkey_url is None:
+        sessions = MemorySessionStore()
+    else:
+        from migration.valkey_sessions import ValkeySessionStore
+
+        sessions = ValkeySessionStore(settings.valkey_url, prefix=settings.valkey_prefix)
+    options = ShimOptions(
+        server_info={"name": engine.registry.name, "version": engine.registry.version},
+        instructions=engine.registry.instructions,
+        keepalive_s=settings.keepalive_s,
+    )
+    return LegacyShim(EngineUpstream(engine), sessions, engine.core.codec, options), sessions
+
+
 class Runtime:
-    """Store, engine and (unless disabled) an in-process worker, started and stopped together."""
+    """Store, engine, legacy shim and (unless disabled) an in-process worker, started and stopped together."""
 
     def __init__(self, registry: ToolRegistry, settings: Settings, *, serve_requests: bool = True) -> None:
         self.settings = settings
         self.store = build_store(settings)
         self.engine = build_engine(registry, settings, self.store) if serve_requests else None
         self.worker = build_worker(registry, settings, self.store) if settings.run_workers else None
+        self.shim: LegacyShim | None = None
+        self._sessions: SessionStore | None = None
+        if self.engine is not None and settings.legacy:
+            self.shim, self._sessions = build_shim(self.engine, settings)
 
     async def start(self) -> None:
         await self.store.open()
@@ -106,4 +131,6 @@ class Runtime:
             self.engine.close()
         if self.worker is not None:
             await self.worker.stop(self.settings.shutdown_grace_s)
+        if self._sessions is not None:
+            await self._sessions.close()
         await self.store.close()

@@ -5,7 +5,9 @@ Serve it with ``ext-tasks serve --tools ext_tasks.examples.conformance`` and poi
 calls these tools, prompts and resources by name, so the names (and the texts, URIs and input keys
 its scenarios describe) come from the suite, not from here: see the scenario sources in
 modelcontextprotocol/conformance, ``src/scenarios/server``. The tasks-extension fixtures
-(``tasks-*``, SEP-2663) live in :mod:`.conformance_tasks` and are registered at the end of this module.
+(``tasks-*``, SEP-2663) live in :mod:`.conformance_tasks`, the 2025-only fixtures (``--requirements
+2025-11-25``: logging, sampling, elicitation) in :mod:`.conformance_legacy`; both are registered at the
+end of this module.
 
 It is written with the public tool-author API only: nothing in the server knows these names.
 """
@@ -39,6 +41,7 @@ from ext_tasks import (
     sample,
 )
 
+from .conformance_legacy import register_legacy_fixtures
 from .conformance_tasks import register_task_fixtures
 
 registry = ToolRegistry(
@@ -384,3 +387,4 @@ async def template_data(id: str) -> str:
 
 
 register_task_fixtures(registry)
+register_legacy_fixtures(registry)

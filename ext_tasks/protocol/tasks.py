@@ -18,6 +18,9 @@ from typing import Any
 from .states import TaskEvent, TaskStatus, next_status
 
 EXTENSION_ID = "io.modelcontextprotocol/tasks"
+#: This project's ``_meta`` key carrying a client's lifetime hint (the 2025-11-25 ``params.task.ttl``,
+#: forwarded by the migration shim); the server caps it by its maximum.
+META_TTL_HINT = "dev.ext-tasks/ttlHintMs"
 
 
 @dataclass(frozen=True, slots=True)

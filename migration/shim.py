@@ -1,0 +1,555 @@
+"""The legacy front end: the 2025-11-25 session protocol, served by translating into 2026-07-28 calls.
+
+Every legacy request becomes one or more modern requests to a :class:`~.upstream.ModernUpstream`
+(this server's engine, or a remote server for ``ext-tasks proxy``); every reply is translated back.
+What the legacy protocol has and the modern one does not is emulated here:
+
+* sessions (``initialize``, ``Mcp-Session-Id``, ``logging/setLevel``, resource subscriptions), kept in
+  a :class:`~.sessions.SessionStore` so any instance serves any request of a session;
+* server→client requests: a modern ``input_required`` (MRTR, or a task's ``inputRequests``) is relayed
+  as real JSON-RPC requests on the response stream, and the client's answers, which may be POSTed to
+  another instance, come back through the session bus;
+* ``tasks/result`` (block until terminal), ``tasks/list`` (per principal, or per session when
+  anonymous, with signed cursors), legacy ``tasks/cancel`` semantics, ``notifications/tasks/status``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Final
+
+from ext_tasks.protocol.envelope import LOG_LEVELS
+from ext_tasks.protocol.errors import (
+    InternalError,
+    InvalidParams,
+    InvalidRequest,
+    MethodNotFound,
+    ProtocolError,
+)
+from ext_tasks.protocol.jsonrpc import (
+    Notification,
+    Request,
+    Response,
+    decode_message,
+    error_message,
+    notification_message,
+    result_message,
+)
+from ext_tasks.protocol.resume import Binding, ResumeCodec
+from ext_tasks.protocol.tasks import EXTENSION_ID, META_TTL_HINT
+
+from .sessions import LegacySession, SessionStore, new_session_id
+from .translate import (
+    TERMINAL,
+    answer_from_legacy_response,
+    legacy_create_task_result,
+    legacy_input_request,
+    legacy_result,
+    legacy_server_capabilities,
+    legacy_task,
+    legacy_tools,
+    modern_capabilities,
+    negotiate_version,
+    task_outcome,
+)
+from .upstream import Caller, ModernCall, ModernUpstream
+
+logger = logging.getLogger("ext_tasks.migration")
+
+Message = dict[str, Any]
+_PASSTHROUGH: Final = frozenset(
+    {"tools/list", "prompts/list", "resources/list", "resources/templates/list", "completion/complete"}
+)
+_WITH_INPUT: Final = frozenset({"tools/call", "prompts/get", "resources/read"})
+_LIST_PAGE: Final = 50
+
+
+class SessionRequired(InvalidRequest):
+    """A legacy request without ``Mcp-Session-Id`` (HTTP 400)."""
+
+
+class SessionNotFound(InvalidRequest):
+    """An unknown or expired session (HTTP 404: the client must initialize again)."""
+
+    http_status = 404
+
+
+@dataclass
+class LegacyReply:
+    status: int
+    message: Message | None = None
+    stream: AsyncIterator[Message | None] | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ShimOptions:
+    server_info: Mapping[str, Any]
+    instructions: str | None = None
+    #: How long a relayed server→client request may wait for the client's answer.
+    input_timeout_s: float = 600.0
+    keepalive_s: float = 15.0
+
+
+class LegacyShim:
+    def __init__(
+        self, upstream: ModernUpstream, sessions: SessionStore, codec: ResumeCodec, options: ShimOptions
+    ) -> None:
+        self.upstream = upstream
+        self.sessions = sessions
+        self.codec = codec
+        self.options = options
+        self._handlers: dict[str, Callable[[Request, LegacySession, Caller], AsyncIterator[Message]]] = {
+            "ping": self._ping,
+            "logging/setLevel": self._set_level,
+            "resources/subscribe": self._subscribe,
+            "resources/unsubscribe": self._unsubscribe,
+            "tools/call": self._call_tool,
+            "prompts/get": self._with_input,
+            "resources/read": self._with_input,
+            "tasks/get": self._tasks_get,
+            "tasks/result": self._tasks_result,
+            "tasks/list": self._tasks_list,
+            "tasks/cancel": self._tasks_cancel,
+            **dict.fromkeys(_PASSTHROUGH, self._passthrough),
+        }
+
+    # --- HTTP entry points ------------------------------------------------------------------------
+
+    async def post(self, body: bytes, headers: Mapping[str, Sequence[str]], caller: Caller) -> LegacyReply:
+        try:
+            message = decode_message(body)
+        except ProtocolError as exc:
+            return LegacyReply(exc.http_status, error_message(None, exc))
+        if isinstance(message, Request) and message.method == "initialize":
+            return await self._initialize(message, caller)
+        try:
+            session = await self._session(headers, caller)
+        except ProtocolError as exc:
+            request_id = message.id if isinstance(message, Request | Response) else None
+            return LegacyReply(exc.http_status, error_message(request_id, exc))
+        if isinstance(message, Response):
+            # The client answers a relayed request; whichever instance holds the waiting stream gets it.
+            answer = {"id": message.id, "result": message.result, "error": message.error}
+            await self.sessions.publish(session.session_id, {"kind": "response", "message": answer})
+            return LegacyReply(202)
+        if isinstance(message, Notification):
+            return LegacyReply(202)
+        handler = self._handlers.get(message.method)
+        if handler is None:
+            error = MethodNotFound(f"Method not found: {message.method}")
+            return LegacyReply(200, error_message(message.id, error))
+        return await _reply(message, self._guarded(handler, message, session, caller))
+
+    async def get(self, headers: Mapping[str, Sequence[str]], caller: Caller) -> LegacyReply:
+        """The session's GET stream: change notifications, and messages other instances publish."""
+        try:
+            session = await self._session(headers, caller)
+        except ProtocolError as exc:
+            return LegacyReply(exc.http_status, error_message(None, exc))
+        return LegacyReply(200, stream=self._session_stream(session, caller))
+
+    async def delete(self, headers: Mapping[str, Sequence[str]], caller: Caller) -> LegacyReply:
+        try:
+            session = await self._session(headers, caller)
+        except ProtocolError as exc:
+            return LegacyReply(exc.http_status, error_message(None, exc))
+        await self.sessions.delete(session.session_id)
+        return LegacyReply(204)
+
+    # --- sessions ---------------------------------------------------------------------------------
+
+    async def _initialize(self, request: Request, caller: Caller) -> LegacyReply:
+        params = request.params
+        capabilities = params.get("capabilities")
+        client_info = params.get("clientInfo")
+        session = LegacySession(
+            session_id=new_session_id(),
+            protocol_version=negotiate_version(params.get("protocolVersion")),
+            capabilities=capabilities if isinstance(capabilities, dict) else {},
+            principal=caller.principal.id,
+            client_info=client_info if isinstance(client_info, dict) else None,
+        )
+        await self.sessions.save(session)
+        result: Message = {
+            "protocolVersion": session.protocol_version,
+            "capabilities": legacy_server_capabilities(list_tasks=True),
+            "serverInfo": dict(self.options.server_info),
+        }
+        if self.options.instructions:
+            result["instructions"] = self.options.instructions
+        return LegacyReply(200, result_message(request.id, result), headers={"Mcp-Session-Id": session.session_id})
+
+    async def _session(self, headers: Mapping[str, Sequence[str]], caller: Caller) -> LegacySession:
+        values = headers.get("mcp-session-id") or ()
+        if len(values) != 1 or not values[0].strip():
+            raise SessionRequired("Bad Request: a valid Mcp-Session-Id header is required (initialize first)")
+        session = await self.sessions.load(values[0].strip())
+        # A session of another principal answers exactly like one that does not exist.
+        if session is None or session.principal != caller.principal.id:
+            raise SessionNotFound("Session not found: initialize a new session")
+        return session
+
+    def _modern(self, session: LegacySession, method: str, params: Mapping[str, Any], *, tasks: bool) -> ModernCall:
+        meta = params.get("_meta") if isinstance(params.get("_meta"), dict) else {}
+        extra: dict[str, Any] = {}
+        task = params.get("task")
+        if tasks and isinstance(task, dict) and isinstance(task.get("ttl"), int) and not isinstance(task["ttl"], bool):
+            extra[META_TTL_HINT] = task["ttl"]
+        return ModernCall(
+            method=method,
+            params=dict(params),
+            capabilities=modern_capabilities(session.capabilities, tasks=tasks),
+            client_info=session.client_info,
+            log_level=session.log_level,
+            progress_token=meta.get("progressToken") if isinstance(meta, dict) else None,
+            extra_meta=extra,
+        )
+
+    async def _guarded(
+        self,
+        handler: Callable[[Request, LegacySession, Caller], AsyncIterator[Message]],
+        request: Request,
+        session: LegacySession,
+        caller: Caller,
+    ) -> AsyncIterator[Message]:
+        try:
+            async for message in handler(request, session, caller):
+                yield message
+        except ProtocolError as exc:
+            yield error_message(request.id, exc)
+        except Exception:
+            logger.exception("legacy %s failed", request.method)
+            yield error_message(request.id, InternalError("Internal error"))
+
+    # --- small methods ----------------------------------------------------------------------------
+
+    async def _ping(self, request: Request, session: LegacySession, caller: Caller) -> AsyncIterator[Message]:
+        yield result_message(request.id, {})
+
+    async def _set_level(self, request: Request, session: LegacySession, caller: Caller) -> AsyncIterator[Message]:
+        level = request.params.get("level")
+        if level not in LOG_LEVELS:
+            raise InvalidParams(f"Invalid params: level must be one of {', '.join(LOG_LEVELS)}")
+        session.log_level = str(level)
+        await self.sessions.save(session)
+        yield result_message(request.id, {})
+
+    async def _subscribe(self, request: Request, session: LegacySession, caller: Caller) -> AsyncIterator[Message]:
+        uri = _required_string(request.params, "uri")
+        if uri not in session.subscriptions:
+            session.subscriptions.append(uri)
+            await self.sessions.save(session)
+        yield result_message(request.id, {})
+
+    async def _unsubscribe(self, request: Request, session: LegacySession, caller: Caller) -> AsyncIterator[Message]:
+        uri = _required_string(request.params, "uri")
+        if uri in session.subscriptions:
+            session.subscriptions.remove(uri)
+            await self.sessions.save(session)
+        yield result_message(request.id, {})
+
+    async def _passthrough(self, request: Request, session: LegacySession, caller: Caller) -> AsyncIterator[Message]:
+        final = await self._final(self._modern(session, request.method, request.params, tasks=False), caller)
+        result = legacy_result(_result_of(final))
+        if request.method == "tools/list":
+            result["tools"] = legacy_tools(result.get("tools", []), await self.upstream.task_support(caller))
+        yield result_message(request.id, result)
+
+    async def _final(self, call: ModernCall, caller: Caller) -> Message:
+        final: Message | None = None
+        async for message in self.upstream.send(call, caller):
+            if "result" in message or "error" in message:
+                final = message
+        if final is None:
+            raise InternalError("Internal error: the upstream server sent no response")
+        return final
+
+    # --- calls that may ask for input -------------------------------------------------------------
+
+    async def _call_tool(self, request: Request, session: LegacySession, caller: Caller) -> AsyncIterator[Message]:
+        name = _required_string(request.params, "name")
+        augmented = isinstance(request.params.get("task"), dict)
+        policy = (await self.upstream.task_support(caller)).get(name)
+        if augmented and policy == "forbidden":
+            # 2025-11-25, tools section: a tool that forbids tasks SHOULD answer -32601 to augmentation.
+            raise MethodNotFound(f"Tool {name!r} does not support task-augmented calls")
+        call = self._modern(session, "tools/call", request.params, tasks=augmented)
+        async for message in self._relay_input(request, session, caller, call):
+            yield message
+
+    async def _with_input(self, request: Request, session: LegacySession, caller: Caller) -> AsyncIterator[Message]:
+        call = self._modern(session, request.method, request.params, tasks=False)
+        async for message in self._relay_input(request, session, caller, call):
+            yield message
+
+    async def _relay_input(
+        self, request: Request, session: LegacySession, caller: Caller, call: ModernCall
+    ) -> AsyncIterator[Message]:
+        """Run a modern call; answer each ``input_required`` with real server→client requests."""
+        while True:
+            final: Message | None = None
+            async for message in self.upstream.send(call, caller):
+                if "result" in message or "error" in message:
+                    final = message
+                else:
+                    yield _legacy_notification(message)
+            if final is None:
+                raise InternalError("Internal error: the upstream server sent no response")
+            if "error" in final:
+                yield error_message(request.id, _legacy_error(final["error"]))
+                return
+            result = final["result"]
+            kind = result.get("resultType")
+            if kind == "input_required":
+                answers: dict[str, Any] = {}
+                async for outgoing in self._ask_client(session, result.get("inputRequests") or {}, None, answers):
+                    yield outgoing
+                params = {**call.params, "inputResponses": answers}
+                if result.get("requestState") is not None:
+                    params["requestState"] = result["requestState"]
+                call = replace(call, params=params)
+                continue
+            if kind == "task":
+                await self.sessions.index_task(session.task_scope, str(result["taskId"]), _now_ms())
+                yield result_message(request.id, legacy_create_task_result(result))
+                return
+            yield result_message(request.id, legacy_result(result))
+            return
+
+    async def _ask_client(
+        self, session: LegacySession, requests: Mapping[str, Any], task_id: str | None, answers: dict[str, Any]
+    ) -> AsyncIterator[Message]:
+        """Send each request to the client and collect every answer into ``answers``."""
+        async with self.sessions.subscribe(session.session_id) as inbox:
+            pending: dict[str, tuple[str, str]] = {}
+            for key, entry in requests.items():
+                method, params = legacy_input_request(entry, key, task_id)
+                request_id = f"srv-{secrets.token_urlsafe(9)}"
+                pending[request_id] = (key, method)
+                yield {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+            await self._collect(inbox, pending, answers)
+
+    async def _collect(
+        self, inbox: asyncio.Queue[Message], pending: dict[str, tuple[str, str]], answers: dict[str, Any]
+    ) -> None:
+        try:
+            async with asyncio.timeout(self.options.input_timeout_s):
+                while pending:
+                    published = await inbox.get()
+                    response = published.get("message") or {}
+                    target = pending.pop(str(response.get("id")), None) if published.get("kind") == "response" else None
+                    if target is None:
+                        continue
+                    answer = answer_from_legacy_response(target[1], response)
+                    if answer is None:
+                        raise InvalidRequest(f"The client refused the {target[1]} request")
+                    answers[target[0]] = answer
+        except TimeoutError:
+            raise InternalError("Timed out waiting for the client's answer") from None
+
+    # --- tasks ------------------------------------------------------------------------------------
+
+    async def _task(self, session: LegacySession, task_id: str, caller: Caller) -> Message:
+        final = await self._final(self._modern(session, "tasks/get", {"taskId": task_id}, tasks=True), caller)
+        if "error" in final:
+            raise _as_protocol_error(final["error"])
+        return _result_of(final)
+
+    async def _tasks_get(self, request: Request, session: LegacySession, caller: Caller) -> AsyncIterator[Message]:
+        task_id = _required_string(request.params, "taskId")
+        task = await self._task(session, task_id, caller)
+        cancelled = await self.sessions.was_cancelled(task_id)
+        yield result_message(request.id, legacy_task(task, cancelled_by_legacy=cancelled))
+
+    async def _tasks_result(self, request: Request, session: LegacySession, caller: Caller) -> AsyncIterator[Message]:
+        """Block until the task is terminal, relaying its questions as server→client requests."""
+        task_id = _required_string(request.params, "taskId")
+        relayed: set[str] = set()
+        last_status: str | None = None
+        async with self.sessions.subscribe(session.session_id) as inbox:
+            pending: dict[str, tuple[str, str]] = {}
+            while True:
+                task = await self._task(session, task_id, caller)
+                cancelled = await self.sessions.was_cancelled(task_id)
+                legacy = legacy_task(task, cancelled_by_legacy=cancelled)
+                if legacy["status"] != last_status and last_status is not None:
+                    yield notification_message("notifications/tasks/status", legacy)
+                last_status = legacy["status"]
+                if cancelled or task["status"] in TERMINAL:
+                    kind, payload = task_outcome({**task, "status": "cancelled"} if cancelled else task)
+                    yield (
+                        result_message(request.id, payload)
+                        if kind == "result"
+                        else {
+                            "jsonrpc": "2.0",
+                            "id": request.id,
+                            "error": payload,
+                        }
+                    )
+                    return
+                for key, entry in (task.get("inputRequests") or {}).items():
+                    if key in relayed:
+                        continue
+                    relayed.add(key)
+                    method, params = legacy_input_request(entry, key, task_id)
+                    request_id = f"srv-{secrets.token_urlsafe(9)}"
+                    pending[request_id] = (key, method)
+                    yield {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+                await self._answer_or_wait(session, task_id, caller, inbox, pending, task.get("pollIntervalMs"))
+
+    async def _answer_or_wait(
+        self,
+        session: LegacySession,
+        task_id: str,
+        caller: Caller,
+        inbox: asyncio.Queue[Message],
+        pending: dict[str, tuple[str, str]],
+        poll_ms: object,
+    ) -> None:
+        """Forward the client's answers as ``tasks/update``, or wait one poll interval."""
+        wait_s = min(max((poll_ms if isinstance(poll_ms, int) else 500) / 1000, 0.05), 2.0)
+        try:
+            published = await asyncio.wait_for(inbox.get(), timeout=wait_s)
+        except TimeoutError:
+            return
+        response = published.get("message") or {}
+        target = pending.pop(str(response.get("id")), None) if published.get("kind") == "response" else None
+        if target is None:
+            return
+        answer = answer_from_legacy_response(target[1], response)
+        if answer is None:
+            await self._final(self._modern(session, "tasks/cancel", {"taskId": task_id}, tasks=True), caller)
+            return
+        update = {"taskId": task_id, "inputResponses": {target[0]: answer}}
+        await self._final(self._modern(session, "tasks/update", update, tasks=True), caller)
+
+    async def _tasks_list(self, request: Request, session: LegacySession, caller: Caller) -> AsyncIterator[Message]:
+        binding = Binding("tasks/list", session.task_scope, "", caller.principal.id)
+        cursor = request.params.get("cursor")
+        offset = 0
+        if cursor is not None:
+            try:
+                offset = int(self.codec.unseal(cursor, binding).state)
+            except (ProtocolError, TypeError, ValueError):
+                raise InvalidParams("Invalid params: invalid cursor") from None
+        ids = await self.sessions.list_tasks(session.task_scope, offset, _LIST_PAGE + 1)
+        tasks = []
+        for task_id in ids[:_LIST_PAGE]:
+            try:
+                task = await self._task(session, task_id, caller)
+            except ProtocolError:
+                continue  # expired since it was listed
+            tasks.append(legacy_task(task, cancelled_by_legacy=await self.sessions.was_cancelled(task_id)))
+        result: Message = {"tasks": tasks}
+        if len(ids) > _LIST_PAGE:
+            result["nextCursor"] = self.codec.seal(binding, state=offset + _LIST_PAGE)
+        yield result_message(request.id, result)
+
+    async def _tasks_cancel(self, request: Request, session: LegacySession, caller: Caller) -> AsyncIterator[Message]:
+        task_id = _required_string(request.params, "taskId")
+        task = await self._task(session, task_id, caller)
+        status = legacy_task(task, cancelled_by_legacy=await self.sessions.was_cancelled(task_id))["status"]
+        if status in TERMINAL:
+            # 2025-11-25: cancelling a terminal task MUST be rejected (the extension acks instead).
+            raise InvalidParams(f"Cannot cancel task: already in terminal status '{status}'")
+        final = await self._final(self._modern(session, "tasks/cancel", {"taskId": task_id}, tasks=True), caller)
+        if "error" in final:
+            raise _as_protocol_error(final["error"])
+        ttl = task.get("ttlMs")
+        await self.sessions.mark_cancelled(task_id, ttl if isinstance(ttl, int) else 86_400_000)
+        cancelled = legacy_task(await self._task(session, task_id, caller), cancelled_by_legacy=True)
+        yield result_message(request.id, cancelled)
+
+    # --- the GET stream ---------------------------------------------------------------------------
+
+    async def _session_stream(self, session: LegacySession, caller: Caller) -> AsyncIterator[Message | None]:
+        async with self.sessions.subscribe(session.session_id) as inbox:
+            while True:
+                try:
+                    published = await asyncio.wait_for(inbox.get(), timeout=self.options.keepalive_s)
+                except TimeoutError:
+                    yield None
+                    continue
+                if published.get("kind") == "notification":
+                    yield published["message"]
+
+
+async def _reply(request: Request, messages: AsyncIterator[Message]) -> LegacyReply:
+    """JSON when the first message is already the response; an SSE stream otherwise."""
+    first = await anext(messages, None)
+    if first is None:
+        return LegacyReply(200, error_message(request.id, InternalError("Internal error")))
+    if first.get("id") == request.id and ("result" in first or "error" in first):
+        with contextlib.suppress(Exception):
+            await messages.aclose()  # type: ignore[attr-defined]
+        return LegacyReply(200, first)
+
+    async def stream() -> AsyncIterator[Message | None]:
+        yield first
+        async for message in messages:
+            yield message
+
+    return LegacyReply(200, stream=stream())
+
+
+def _required_string(params: Mapping[str, Any], name: str) -> str:
+    value = params.get(name)
+    if not isinstance(value, str) or not value:
+        raise InvalidParams(f"Invalid params: {name} must be a non-empty string")
+    return value
+
+
+def _result_of(final: Message) -> Message:
+    if "error" in final:
+        raise _as_protocol_error(final["error"])
+    result: Message = final["result"]
+    return result
+
+
+def _legacy_notification(message: Message) -> Message:
+    params = dict(message.get("params") or {})
+    meta = params.get("_meta")
+    if isinstance(meta, dict):
+        params["_meta"] = {key: value for key, value in meta.items() if "subscriptionId" not in key}
+        if not params["_meta"]:
+            del params["_meta"]
+    return {**message, "params": params}
+
+
+def _legacy_error(error: Mapping[str, Any]) -> ProtocolError:
+    """A modern error as the legacy era says it (no -320xx codes a 2025-11-25 client does not know)."""
+    required = (error.get("data") or {}).get("requiredCapabilities") if isinstance(error.get("data"), dict) else None
+    if error.get("code") == -32021 and isinstance(required, dict):
+        if EXTENSION_ID in (required.get("extensions") or {}):
+            # 2025-11-25, tools section: a task-required tool called without augmentation gets -32601.
+            return MethodNotFound("Task augmentation required for tools/call requests")
+        return InvalidRequest(f"The client did not declare a capability this request needs: {', '.join(required)}")
+    return _as_protocol_error(error)
+
+
+class RelayedError(ProtocolError):
+    """An error the upstream answered, passed on with its own code."""
+
+    def __init__(self, error: Mapping[str, Any]) -> None:
+        data = error.get("data")
+        super().__init__(str(error.get("message", "Error")), data=data if isinstance(data, dict) else None)
+        code = error.get("code")
+        self.relayed_code = code if isinstance(code, int) and not isinstance(code, bool) else -32603
+
+    def to_error(self) -> dict[str, Any]:
+        return {**super().to_error(), "code": self.relayed_code}
+
+
+def _as_protocol_error(error: Mapping[str, Any]) -> ProtocolError:
+    return RelayedError(error)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)

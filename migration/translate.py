@@ -1,0 +1,152 @@
+"""Pure translation between 2025-11-25 (legacy, experimental tasks) and 2026-07-28 + the Tasks
+extension (protocol.md §4-6). No I/O: each function maps one shape to another, so it is tested as a table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from ext_tasks.protocol.tasks import EXTENSION_ID
+from ext_tasks.protocol.versions import META_RELATED_TASK, META_SERVER_INFO
+
+LEGACY_VERSIONS: Final[tuple[str, ...]] = ("2025-11-25", "2025-06-18", "2025-03-26")
+LATEST_LEGACY: Final = "2025-11-25"
+TERMINAL: Final = frozenset({"completed", "failed", "cancelled"})
+#: Fields of 2026-07-28 results that a 2025-11-25 client has no use for.
+_MODERN_ONLY_RESULT_FIELDS: Final = ("resultType", "ttlMs", "cacheScope")
+#: Client capabilities that mean the same in both eras (``tasks`` does not carry over: SEP-2663).
+_SHARED_CLIENT_CAPABILITIES: Final = ("elicitation", "sampling", "roots", "experimental")
+
+
+def negotiate_version(requested: object) -> str:
+    """The legacy revision to speak: the client's if this shim knows it, else the newest it knows."""
+    return requested if isinstance(requested, str) and requested in LEGACY_VERSIONS else LATEST_LEGACY
+
+
+def modern_capabilities(legacy: Mapping[str, Any], *, tasks: bool) -> dict[str, Any]:
+    """Per-request 2026-07-28 ``clientCapabilities`` for a legacy session's client."""
+    capabilities = {name: legacy[name] for name in _SHARED_CLIENT_CAPABILITIES if isinstance(legacy.get(name), dict)}
+    if tasks:
+        capabilities["extensions"] = {EXTENSION_ID: {}}
+    return capabilities
+
+
+def legacy_server_capabilities(*, list_tasks: bool) -> dict[str, Any]:
+    tasks: dict[str, Any] = {"cancel": {}, "requests": {"tools": {"call": {}}}}
+    if list_tasks:
+        tasks["list"] = {}
+    return {
+        "tools": {"listChanged": True},
+        "prompts": {"listChanged": True},
+        "resources": {"subscribe": True, "listChanged": True},
+        "logging": {},
+        "completions": {},
+        "tasks": tasks,
+    }
+
+
+def legacy_result(modern: Mapping[str, Any]) -> dict[str, Any]:
+    """A modern result as a legacy one: modern-only fields and the serverInfo ``_meta`` dropped."""
+    result = {key: value for key, value in modern.items() if key not in _MODERN_ONLY_RESULT_FIELDS}
+    meta = result.get("_meta")
+    if isinstance(meta, dict):
+        meta = {key: value for key, value in meta.items() if key != META_SERVER_INFO}
+        if meta:
+            result["_meta"] = meta
+        else:
+            del result["_meta"]
+    return result
+
+
+def legacy_tools(tools: list[dict[str, Any]], task_support: Mapping[str, str]) -> list[dict[str, Any]]:
+    """``tools/list`` entries with ``execution.taskSupport`` (a legacy-only field) from the task policy."""
+    described = []
+    for tool in tools:
+        support = task_support.get(tool["name"])
+        described.append({**tool, "execution": {"taskSupport": support}} if support else dict(tool))
+    return described
+
+
+def legacy_status(task: Mapping[str, Any], *, cancelled_by_legacy: bool = False) -> str:
+    """Legacy status: a tool result with ``isError`` is ``failed`` for legacy callers; once a legacy
+    client cancelled a task it stays ``cancelled`` whatever the work did afterwards."""
+    if cancelled_by_legacy:
+        return "cancelled"
+    status = str(task["status"])
+    result = task.get("result")
+    if status == "completed" and isinstance(result, dict) and result.get("isError") is True:
+        return "failed"
+    return status
+
+
+def legacy_task(task: Mapping[str, Any], *, cancelled_by_legacy: bool = False) -> dict[str, Any]:
+    """A flat legacy ``Task`` from a modern ``Task``/``DetailedTask``: ``ttlMs``→``ttl``,
+    ``pollIntervalMs``→``pollInterval``; no result, error, inputRequests or resultType."""
+    legacy: dict[str, Any] = {
+        "taskId": task["taskId"],
+        "status": legacy_status(task, cancelled_by_legacy=cancelled_by_legacy),
+        "createdAt": task["createdAt"],
+        "lastUpdatedAt": task["lastUpdatedAt"],
+        "ttl": task.get("ttlMs"),
+    }
+    if "statusMessage" in task:
+        legacy["statusMessage"] = task["statusMessage"]
+    if task.get("pollIntervalMs") is not None:
+        legacy["pollInterval"] = task["pollIntervalMs"]
+    return legacy
+
+
+def legacy_create_task_result(created: Mapping[str, Any]) -> dict[str, Any]:
+    """The nested legacy ``CreateTaskResult``. Legacy tasks MUST start ``working``, so a task the engine
+    seeded in another status is reported ``working`` until the first poll."""
+    task = legacy_task(created)
+    if task["status"] != "working":
+        task["status"] = "working"
+    return {"task": task}
+
+
+def related_task_meta(task_id: str) -> dict[str, Any]:
+    return {META_RELATED_TASK: {"taskId": task_id}}
+
+
+def task_outcome(task: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """What legacy ``tasks/result`` answers for a terminal task: ``("result", CallToolResult)`` carrying
+    the related-task ``_meta``, or ``("error", JSON-RPC error)``."""
+    status = task["status"]
+    if status == "completed":
+        result = legacy_result(task.get("result") or {"content": []})
+        result["_meta"] = {**(result.get("_meta") or {}), **related_task_meta(str(task["taskId"]))}
+        return "result", result
+    if status == "failed":
+        error = task.get("error") or {"code": -32603, "message": "Task failed"}
+        return "error", dict(error)
+    return "error", {"code": -32603, "message": "Task was cancelled"}
+
+
+def legacy_input_request(entry: Mapping[str, Any], key: str, task_id: str | None) -> tuple[str, dict[str, Any]]:
+    """One ``inputRequests`` entry as a legacy server→client request ``(method, params)``.
+
+    URL elicitation needs an ``elicitationId`` in 2025-11-25; it is derived from the key. Inside a task
+    the request carries the related-task ``_meta``.
+    """
+    method = str(entry["method"])
+    params = dict(entry.get("params") or {})
+    if method == "elicitation/create" and params.get("mode") == "url" and "elicitationId" not in params:
+        params["elicitationId"] = f"{task_id or 'mrtr'}:{key}"
+    if task_id is not None:
+        params["_meta"] = {**(params.get("_meta") or {}), **related_task_meta(task_id)}
+    return method, params
+
+
+def answer_from_legacy_response(method: str, response: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The ``inputResponses`` value for a client's JSON-RPC response to a relayed request.
+
+    A JSON-RPC error to an elicitation counts as the user cancelling it; to anything else it means the
+    input cannot be had (``None``), and the caller fails the request.
+    """
+    if isinstance(response.get("result"), dict):
+        return dict(response["result"])
+    if method == "elicitation/create":
+        return {"action": "cancel"}
+    return None
