@@ -29,7 +29,7 @@ def classify(headers: Mapping[str, Sequence[str]], body: bytes) -> Era:
     try:
         message = _decoder.decode(body)
     except (msgspec.DecodeError, RecursionError):
-        return "legacy" if version in LEGACY_VERSIONS else "modern"
+        return "modern" if version and version not in LEGACY_VERSIONS else "legacy"
     if isinstance(message, dict):
         params = message.get("params")
         meta = params.get("_meta") if isinstance(params, dict) else None
