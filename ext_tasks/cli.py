@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from hypercorn.config import Config as HypercornConfig
 
 from .config import ConfigError, Settings, settings_from_env
+from .lifecycle import JsonFormatter
 from .protocol.resume import generate_key
 
 if TYPE_CHECKING:
@@ -82,7 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"ext-tasks: configuration error: {exc}", file=sys.stderr)  # noqa: T201
         return 2
-    _configure_logging(settings.log_level)
+    _configure_logging(settings.log_level, settings.log_format)
     try:
         if args.command == "proxy":
             return _proxy(settings, args.upstream)
@@ -92,8 +93,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
-def _configure_logging(level: str) -> None:
-    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+def _configure_logging(level: str, log_format: str = "json") -> None:
+    handler = logging.StreamHandler()
+    if log_format == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
     # One line per upstream request (the proxy) is noise at info level.
     logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))
 
@@ -102,6 +108,7 @@ def _hypercorn_config(settings: Settings) -> HypercornConfig:
     config = HypercornConfig()
     config.bind = [f"[{settings.host}]:{settings.port}" if ":" in settings.host else f"{settings.host}:{settings.port}"]
     config.accesslog = None  # an access log costs a quarter of the throughput (performance.md §3)
+    config.errorlog = logging.getLogger("hypercorn.error")  # through our handler, so JSON like the rest
     config.keep_alive_max_requests = 10**9
     config.backlog = 1024
     config.graceful_timeout = 5.0
@@ -148,13 +155,14 @@ def app_from_settings(settings: Settings) -> Litestar:
         on_startup=[runtime.start],
         on_shutdown=[runtime.stop],
         shim=runtime.shim,
+        ready=runtime.store.ping,
     )
 
 
 def app_from_env() -> Litestar:
     """The app of one hypercorn worker process when ``--workers`` > 1."""
     settings = settings_from_env().validate()
-    _configure_logging(settings.log_level)
+    _configure_logging(settings.log_level, settings.log_format)
     return app_from_settings(settings)
 
 

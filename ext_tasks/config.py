@@ -38,6 +38,7 @@ class Settings:
     keepalive_s: float = 15.0
     tokens: Mapping[str, str] = field(default_factory=dict, repr=False)
     log_level: str = "info"
+    log_format: str = "json"
     valkey_url: str | None = field(default=None, repr=False)  # may carry a password
     valkey_prefix: str = "ext-tasks"
     run_workers: bool = True
@@ -81,6 +82,8 @@ class Settings:
         return self._validate_limits()
 
     def _validate_limits(self) -> Settings:
+        if self.log_format not in ("json", "text"):
+            raise ConfigError("EXT_TASKS_LOG_FORMAT must be json or text")
         if self.state_ttl_s <= 0:
             raise ConfigError("EXT_TASKS_STATE_TTL_S must be positive")
         if self.max_body_bytes < 1024:
@@ -182,6 +185,7 @@ def settings_from_env(env: Mapping[str, str] | None = None) -> Settings:
         keepalive_s=_number(env, "EXT_TASKS_KEEPALIVE_S", defaults.keepalive_s, float),
         tokens=_tokens(env),
         log_level=env.get("EXT_TASKS_LOG_LEVEL", defaults.log_level),
+        log_format=env.get("EXT_TASKS_LOG_FORMAT", defaults.log_format),
         valkey_url=env.get("EXT_TASKS_VALKEY_URL") or None,
         valkey_prefix=env.get("EXT_TASKS_VALKEY_PREFIX", defaults.valkey_prefix),
         run_workers=not _flag(env, "EXT_TASKS_NO_WORKERS"),

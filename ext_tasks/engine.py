@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
@@ -19,8 +20,9 @@ from typing import Any, Final, Protocol
 from .auth import Principal
 from .context import Emit
 from .methods import CacheOptions, Call, CoreMethods
+from .metrics import REQUEST_SECONDS, REQUESTS, method_label
 from .notify import ChangeEvent, ChangeHub
-from .protocol.envelope import Headers, check_envelope
+from .protocol.envelope import Envelope, Headers, check_envelope
 from .protocol.errors import InternalError, InvalidRequest, MethodNotFound, ProtocolError
 from .protocol.jsonrpc import (
     Notification,
@@ -35,7 +37,7 @@ from .protocol.jsonrpc import (
 from .protocol.resume import ResumeCodec
 from .protocol.versions import META_SERVER_INFO, META_SUBSCRIPTION_ID
 from .protocol.wire import ListenParams, validate_params
-from .task_methods import TaskMethods
+from .task_methods import TaskMethods, require_tasks_extension
 from .tools import ChangeKind, ToolRegistry
 
 logger = logging.getLogger("ext_tasks.engine")
@@ -93,7 +95,8 @@ class Engine:
     ) -> None:
         self.options = options or EngineOptions()
         self.registry = registry
-        self.hub = ChangeHub()
+        self.tasks = tasks
+        self.hub = ChangeHub(tasks.store.task_events if tasks is not None else None)
         cache = CacheOptions(self.options.cache_ttl_ms, self.options.cache_scope)
         self.core = CoreMethods(registry, codec, cache, tasks)
         self._handlers = self.core.table()
@@ -121,10 +124,19 @@ class Engine:
         return await self._handle_request(message, headers, principal)
 
     async def _handle_request(self, request: Request, headers: Headers, principal: Principal) -> Reply:
+        started = time.perf_counter()
+        reply = await self._dispatch(request, headers, principal)
+        method = method_label(request.method)
+        REQUEST_SECONDS.labels(method).observe(time.perf_counter() - started)
+        error = reply.message.get("error") if isinstance(reply, JsonReply) and reply.message else None
+        REQUESTS.labels(method, "ok" if error is None else str(error.get("code"))).inc()
+        return reply
+
+    async def _dispatch(self, request: Request, headers: Headers, principal: Principal) -> Reply:
         try:
             envelope = check_envelope(request, headers, self._header_params(request))
             if request.method == "subscriptions/listen":
-                return self._listen(request)
+                return await self._listen(request, envelope, principal)
             handler = self._handlers.get(request.method)
             if handler is None:
                 raise MethodNotFound(f"Method not found: {request.method}")
@@ -205,7 +217,7 @@ class Engine:
 
     # --- subscriptions/listen ---------------------------------------------------------------------
 
-    def _listen(self, request: Request) -> StreamReply:
+    async def _listen(self, request: Request, envelope: Envelope, principal: Principal) -> StreamReply:
         params = validate_params(ListenParams, request.params)
         wanted = params.notifications
         honored: dict[str, Any] = {}
@@ -215,12 +227,24 @@ class Engine:
                 honored[flag] = True
         if wanted.resource_subscriptions:
             honored["resourceSubscriptions"] = list(wanted.resource_subscriptions)
-        return StreamReply(self._subscription(request.id, honored))
+        if wanted.task_ids is not None:
+            require_tasks_extension(envelope)  # -32021 before any stream opens
+            if self.tasks is None:
+                raise MethodNotFound("This server has no tasks")
+            # Only the caller's own tasks are honored; others are left out of the acknowledgement
+            # exactly like ids that do not exist.
+            honored["taskIds"] = [
+                task_id for task_id in dict.fromkeys(wanted.task_ids) if await self.tasks.owns(task_id, principal)
+            ]
+        return StreamReply(self._subscription(request.id, honored, principal))
 
-    async def _subscription(self, subscription_id: RequestId, honored: dict[str, Any]) -> AsyncIterator[StreamItem]:
+    async def _subscription(
+        self, subscription_id: RequestId, honored: dict[str, Any], principal: Principal
+    ) -> AsyncIterator[StreamItem]:
         meta = {META_SUBSCRIPTION_ID: subscription_id}
         watched = set(honored.get("resourceSubscriptions", ()))
-        async with self.hub.subscribe() as events:
+        task_ids = frozenset(honored.get("taskIds", ()))
+        async with self.hub.subscribe(task_ids) as events:
             yield notification_message(
                 "notifications/subscriptions/acknowledged", {"_meta": meta, "notifications": honored}
             )

@@ -8,12 +8,14 @@ transport has no GET stream and no sessions).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Final
 from urllib.parse import urlsplit
 
-from litestar import HttpMethod, Litestar, Request, Response, post, route
+from litestar import HttpMethod, Litestar, Request, Response, get, post, route
 from litestar.exceptions import HTTPException
+from litestar.handlers import HTTPRouteHandler
 from litestar.response import Stream
 
 from migration.era import classify
@@ -23,12 +25,14 @@ from migration.upstream import Caller
 from .auth import Authenticator, Unauthenticated
 from .config import LOOPBACK_HOSTS, Settings
 from .engine import JsonReply, RequestHandler, StreamItem, StreamReply
+from .metrics import scrape
 from .protocol.errors import BodyTooLarge, ForbiddenOrigin, InvalidRequest, ProtocolError
 from .protocol.jsonrpc import encode, error_message
 
 JSON: Final = "application/json"
 _SSE_HEADERS: Final = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 _KEEPALIVE: Final = b": keepalive\n\n"
+_READY_TIMEOUT_S: Final = 2.0
 
 
 def _headers(request: Request[Any, Any, Any]) -> dict[str, list[str]]:
@@ -100,8 +104,13 @@ def create_app(
     on_startup: Sequence[Callable[[], Awaitable[None]]] = (),
     on_shutdown: Sequence[Callable[[], Awaitable[None]]] = (),
     shim: LegacyShim | None = None,
+    ready: Callable[[], Awaitable[None]] | None = None,
 ) -> Litestar:
-    """The app. With ``shim``, 2025-11-25 clients are served on the same endpoint (era routing)."""
+    """The app. With ``shim``, 2025-11-25 clients are served on the same endpoint (era routing).
+
+    ``GET /healthz`` answers while the process serves; ``GET /readyz`` also awaits ``ready`` (the task
+    store's ping) and answers 503 while it fails; ``GET /metrics`` is the Prometheus scrape.
+    """
     policy = OriginPolicy(settings)
     limit = settings.max_body_bytes
 
@@ -144,7 +153,7 @@ def create_app(
         return _legacy(await shim.delete(headers, caller))
 
     return Litestar(
-        route_handlers=[mcp, sessions],
+        route_handlers=[mcp, sessions, *_operations_routes(ready)],
         request_max_body_size=limit,
         on_startup=list(on_startup),
         # Listen streams end first (engine.close), then the callers' own shutdown (workers, store).
@@ -152,6 +161,31 @@ def create_app(
         openapi_config=None,
         logging_config=None,
     )
+
+
+def _operations_routes(ready: Callable[[], Awaitable[None]] | None) -> list[HTTPRouteHandler]:
+    """Liveness, readiness (the task store answers) and the Prometheus scrape."""
+
+    @get("/healthz", sync_to_thread=False)
+    def healthz() -> Response[bytes]:
+        return Response(content=b'{"status":"ok"}', media_type=JSON)
+
+    @get("/readyz")
+    async def readyz() -> Response[bytes]:
+        if ready is not None:
+            try:
+                async with asyncio.timeout(_READY_TIMEOUT_S):
+                    await ready()
+            except (ProtocolError, TimeoutError, OSError):
+                return Response(content=b'{"status":"unavailable"}', status_code=503, media_type=JSON)
+        return Response(content=b'{"status":"ready"}', media_type=JSON)
+
+    @get("/metrics", sync_to_thread=False)
+    def metrics() -> Response[bytes]:
+        body, content_type = scrape()
+        return Response(content=body, media_type=content_type)
+
+    return [healthz, readyz, metrics]
 
 
 def _legacy(reply: LegacyReply) -> Response[bytes] | Stream:

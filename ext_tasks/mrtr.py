@@ -18,6 +18,7 @@ from typing import Any
 
 from .auth import Principal
 from .context import Context, Emit, InputRequest, InputRequired, StartTask, missing_capabilities
+from .metrics import STATE_REJECTIONS
 from .protocol.envelope import Envelope
 from .protocol.errors import InvalidParams, InvalidRequestState, MissingClientCapability
 from .protocol.resume import Binding, ResumeCodec, digest_arguments
@@ -79,6 +80,7 @@ def _restore(codec: ResumeCodec, binding: Binding, params: Mapping[str, Any]) ->
         claims = codec.unseal(params["requestState"], binding)
     except InvalidRequestState as exc:
         # The reason is for operators only; the client gets one fixed message whatever went wrong.
+        STATE_REJECTIONS.labels(exc.reason).inc()
         logger.warning(
             "requestState rejected",
             extra={"reason": exc.reason, "method": binding.method, "target": binding.target},
@@ -107,4 +109,3 @@ def input_required_result(
         result["inputRequests"] = {key: request.to_wire() for key, request in requests.items()}
     result["requestState"] = codec.seal(binding, state=state, responses=answers)
     return result
-

@@ -11,6 +11,7 @@ expired one and one of another principal answer -32602, the last exactly like an
 from __future__ import annotations
 
 import hashlib
+import logging
 import secrets
 import time
 from collections.abc import Callable, Mapping
@@ -20,6 +21,7 @@ from typing import Any, Final
 from pydantic import Field
 
 from .auth import Principal
+from .lifecycle import task_event
 from .protocol.envelope import Envelope
 from .protocol.errors import InvalidParams, MissingClientCapability
 from .protocol.resume import digest_arguments
@@ -36,6 +38,8 @@ from .protocol.tasks import (
 from .protocol.wire import WireModel, parse_input_responses, validate_params
 from .store.base import ExistingTask, Expired, IdempotencyClaim, TaskStore
 from .tools import Tool
+
+logger = logging.getLogger("ext_tasks.lifecycle")
 
 Result = dict[str, Any]
 _ACK: Final[Result] = {"resultType": "complete"}
@@ -163,6 +167,7 @@ class TaskMethods:
         if existing is not None:
             assert claim is not None
             return await self._resent(existing, claim, principal)
+        task_event("task.created", record, ttl_ms=ttl_ms)
         return {"resultType": "task", **task_wire(record, now)}
 
     async def _resent(self, existing: ExistingTask, claim: IdempotencyClaim, principal: Principal) -> Result:
@@ -183,18 +188,24 @@ class TaskMethods:
         if isinstance(found, TaskRecord) and found.owner == principal.id:
             return found
         if isinstance(found, Expired) and found.owner == principal.id:
+            logger.info("task.expired", extra={"event": "task.expired", "task_id": task_id})
             raise InvalidParams("Failed to retrieve task: Task has expired")
         # Another principal's task answers exactly like one that never existed.
         raise InvalidParams("Failed to retrieve task: Task not found")
+
+    async def owns(self, task_id: str, principal: Principal) -> bool:
+        found = await self.store.lookup(task_id)
+        return isinstance(found, TaskRecord) and found.owner == principal.id
 
     async def get(self, params: Mapping[str, Any], envelope: Envelope, principal: Principal) -> Result:
         record = await self._find(params, envelope, principal)
         now = self._clock_ms()
         shrunk = delivered(record, now, self.options.sensitive_grace_ms)
         if shrunk is not None:
-            # A sensitive outcome is handed out now: shorten what is left of its life before replying,
-            # so the ttlMs the client sees is already the truth.
+            # The outcome is handed out for the first time: a sensitive one has what is left of its life
+            # shortened before replying, so the ttlMs the client sees is already the truth.
             if await self.store.commit(shrunk, expect_version=record.version):
+                task_event("task.result_retrieved", shrunk, ttl_ms=shrunk.ttl_ms)
                 record = shrunk
             else:
                 record = await self._find(params, envelope, principal)
@@ -211,6 +222,7 @@ class TaskMethods:
                 return dict(_ACK)  # nothing outstanding was answered: ignored, as the spec asks
             resumed = merged.status is TaskStatus.WORKING
             if await self.store.commit(merged, expect_version=record.version, enqueue=resumed):
+                task_event("task.resumed" if resumed else "task.answered", merged, keys=len(responses))
                 return dict(_ACK)
             record = await self._find(params, envelope, principal)
         raise InvalidParams("Failed to update task: it changed concurrently; retry")
@@ -221,6 +233,7 @@ class TaskMethods:
             if record.terminal:
                 return dict(_ACK)  # cancelling a finished task is acknowledged, idempotently
             if await self.store.commit(cancelled(record, self._clock_ms()), expect_version=record.version, cancel=True):
+                task_event("task.cancelled", record)
                 return dict(_ACK)
             record = await self._find(params, envelope, principal)
         raise InvalidParams("Failed to cancel task: it changed concurrently; retry")

@@ -144,9 +144,7 @@ class Tool:
             # minus names it does not take (unless it takes **kwargs).
             known = self.signature.model.model_fields
             kwargs = {
-                name: value
-                for name, value in arguments.items()
-                if self.signature.accepts_any_keyword or name in known
+                name: value for name, value in arguments.items() if self.signature.accepts_any_keyword or name in known
             }
             if self.signature.context_param is not None:
                 kwargs[self.signature.context_param] = ctx

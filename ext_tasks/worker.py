@@ -29,6 +29,8 @@ from dataclasses import dataclass, replace
 from .auth import Principal
 from .context import Context, InputRequired, missing_capabilities
 from .invoke import invoke_tool
+from .lifecycle import task_event
+from .metrics import LEASE_RECLAIMS, QUEUE_DEPTH
 from .protocol.envelope import Envelope
 from .protocol.errors import InternalError, MissingClientCapability, ProtocolError
 from .protocol.states import TaskEvent, TaskStatus
@@ -38,6 +40,12 @@ from .store.base import Run, TaskStore, TaskStoreUnavailable
 from .tools import ToolRegistry
 
 logger = logging.getLogger("ext_tasks.worker")
+
+_OUTCOME_EVENTS = {
+    TaskStatus.COMPLETED: "task.completed",
+    TaskStatus.FAILED: "task.failed",
+    TaskStatus.INPUT_REQUIRED: "task.input_requested",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +118,7 @@ class Worker:
                     runs = await self.store.reclaim(self.consumer, lease_ms, free)
                     next_reclaim = time.monotonic() + self.options.lease_s / 2
                     if runs:
+                        LEASE_RECLAIMS.inc(len(runs))
                         logger.warning("reclaimed %d run(s) whose worker stopped", len(runs))
                 if len(runs) < free:
                     runs += await self.store.next_runs(self.consumer, free - len(runs), self.options.block_ms)
@@ -131,6 +140,7 @@ class Worker:
             runs = [run for run, _ in self._running.values()]
             with contextlib.suppress(TaskStoreUnavailable):
                 await self.store.heartbeat(self.consumer, runs)
+                QUEUE_DEPTH.set(await self.store.queue_depth())
 
     async def _listen_for_cancellations(self) -> None:
         while True:
@@ -166,7 +176,10 @@ class Worker:
             return None
         if record.attempts >= self.options.max_attempts:
             error = InternalError(f"The task's run was interrupted {record.attempts} times; giving up").to_error()
-            return await self._commit(record, failed(record, error, self._clock_ms()))
+            outcome = await self._commit(record, failed(record, error, self._clock_ms()))
+            if outcome is not None:
+                task_event("task.failed", outcome, attempts=record.attempts)
+            return outcome
         claimed = transition(record, TaskEvent.PROGRESSED, self._clock_ms(), attempts=record.attempts + 1)
         if not await self.store.commit(claimed, expect_version=record.version):
             return None  # another worker or a cancellation got there first
@@ -175,6 +188,7 @@ class Worker:
         # A state-only question leaves the task working with new state: it must be queued again.
         rerun = outcome.status is TaskStatus.WORKING
         if await self.store.commit(outcome, expect_version=holder.record.version, enqueue=rerun):
+            task_event(_OUTCOME_EVENTS.get(outcome.status, "task.rerun"), outcome, attempt=claimed.attempts)
             return outcome
         return None
 

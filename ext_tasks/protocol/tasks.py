@@ -145,16 +145,19 @@ def poll_interval(record: TaskRecord, now_ms: int | None) -> int:
 
 
 def delivered(record: TaskRecord, now_ms: int, grace_ms: int) -> TaskRecord | None:
-    """The record after ``tasks/get`` handed out its terminal outcome, or ``None`` if nothing changes.
+    """The record after ``tasks/get`` first handed out its terminal outcome (``None`` if not the first).
 
-    For a sensitive task the remaining lifetime shrinks to ``grace_ms`` from now (never grows), and
-    ``ttlMs`` says so, since it counts from ``createdAt``. The status does not change.
+    The delivery time is recorded; for a sensitive task the remaining lifetime also shrinks to
+    ``grace_ms`` from now (never grows), and ``ttlMs`` says so, since it counts from ``createdAt``.
+    The status does not change.
     """
-    if not record.terminal or not record.sensitive or record.delivered_at_ms is not None:
+    if not record.terminal or record.delivered_at_ms is not None:
         return None
-    shrunk = now_ms + grace_ms - record.created_at_ms
-    ttl_ms = shrunk if record.ttl_ms is None else min(record.ttl_ms, shrunk)
-    return dataclasses.replace(record, ttl_ms=max(1, ttl_ms), delivered_at_ms=now_ms, version=record.version + 1)
+    ttl_ms = record.ttl_ms
+    if record.sensitive:
+        shrunk = now_ms + grace_ms - record.created_at_ms
+        ttl_ms = max(1, shrunk if ttl_ms is None else min(ttl_ms, shrunk))
+    return dataclasses.replace(record, ttl_ms=ttl_ms, delivered_at_ms=now_ms, version=record.version + 1)
 
 
 def iso8601(ms: int) -> str:
@@ -187,3 +190,14 @@ def detailed_task_wire(record: TaskRecord, now_ms: int | None = None) -> dict[st
     elif record.status is TaskStatus.FAILED and record.error is not None:
         wire["error"] = record.error
     return wire
+
+
+def task_event(record: TaskRecord) -> dict[str, Any]:
+    """What a store announces on every committed change: who may see it, and the task as ``tasks/get``
+    would show it at that moment (the ``DetailedTask`` of ``notifications/tasks``)."""
+    return {
+        "taskId": record.task_id,
+        "owner": record.owner,
+        "version": record.version,
+        "task": detailed_task_wire(record, record.updated_at_ms),
+    }

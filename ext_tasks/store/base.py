@@ -10,6 +10,8 @@ Guarantees every implementation gives (the contract tests in ``tests/contract`` 
   has ``expect_version``; otherwise nothing changes and it returns ``False``. When asked, it queues a
   run and/or announces a cancellation in the same atomic step, so a crash can never leave a task
   that needs a run without one.
+* Every create and successful commit is announced (``task_events``) in the same atomic step, so
+  listeners on any instance see each transition once and in order.
 * Records disappear when their TTL lapses; ``lookup`` then answers :data:`EXPIRED` (for a while) rather
   than ``None``, so clients are told "expired" instead of "not found".
 * Runs are delivered at least once: a run taken by a worker that stops heartbeating is handed to
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 from ..protocol.errors import InternalError
 from ..protocol.tasks import TaskRecord
@@ -108,10 +110,20 @@ class TaskStore(Protocol):
 
     async def ack(self, run: Run) -> None: ...
 
+    async def queue_depth(self) -> int:
+        """Runs queued or in flight (for the metrics)."""
+        ...
+
     async def requeue(self, run: Run) -> None:
         """Give a run back to the queue at once (graceful shutdown), so another worker takes it."""
         ...
 
     def cancellations(self) -> AsyncIterator[str]:
         """Ids of tasks cancelled anywhere, as they are cancelled."""
+        ...
+
+    def task_events(self) -> AsyncIterator[dict[str, Any]]:
+        """Every created or committed task (:func:`~ext_tasks.protocol.tasks.task_event`), anywhere, in
+        commit order. The first item is an empty dict, yielded once the subscription is live: nothing
+        committed after it can be missed (earlier events are not replayed)."""
         ...

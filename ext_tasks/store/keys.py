@@ -33,5 +33,9 @@ class KeySchema:
         return "workers"
 
     @property
+    def events_channel(self) -> str:
+        return f"{self.prefix}:task-events"
+
+    @property
     def cancel_channel(self) -> str:
         return f"{self.prefix}:cancel"

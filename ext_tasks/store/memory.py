@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Final
+from typing import Any, Final
 
-from ..protocol.tasks import TaskRecord
+from ..protocol.tasks import TaskRecord, task_event
 from .base import ExistingTask, Expired, IdempotencyClaim, Run
 
 #: How long an expired task is still reported as "expired" rather than "not found".
@@ -28,6 +28,7 @@ class MemoryTaskStore:
         self._queue: asyncio.Queue[str] = asyncio.Queue()
         self._deliveries = 0
         self._cancel_listeners: set[asyncio.Queue[str]] = set()
+        self._event_listeners: set[asyncio.Queue[dict[str, Any]]] = set()
 
     async def open(self) -> None:
         return None
@@ -51,6 +52,7 @@ class MemoryTaskStore:
             existing = ExistingTask(record.task_id, idempotency.fingerprint)
             self._idempotency[idempotency.key] = (existing, now + idempotency.window_ms)
         self._queue.put_nowait(record.task_id)
+        self._announce(record)
         return None
 
     async def lookup(self, task_id: str) -> TaskRecord | Expired | None:
@@ -77,6 +79,7 @@ class MemoryTaskStore:
         if not isinstance(current, TaskRecord) or current.version != expect_version:
             return False
         self._records[record.task_id] = record
+        self._announce(record)
         if enqueue:
             self._queue.put_nowait(record.task_id)
         if cancel:
@@ -107,8 +110,26 @@ class MemoryTaskStore:
     async def ack(self, run: Run) -> None:
         return None
 
+    async def queue_depth(self) -> int:
+        return self._queue.qsize()
+
     async def requeue(self, run: Run) -> None:
         self._queue.put_nowait(run.task_id)
+
+    def _announce(self, record: TaskRecord) -> None:
+        event = task_event(record)
+        for listener in self._event_listeners:
+            listener.put_nowait(event)
+
+    async def task_events(self) -> AsyncIterator[dict[str, Any]]:
+        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self._event_listeners.add(queue)
+        try:
+            yield {}  # live from here on
+            while True:
+                yield await queue.get()
+        finally:
+            self._event_listeners.discard(queue)
 
     async def cancellations(self) -> AsyncIterator[str]:
         queue: asyncio.Queue[str] = asyncio.Queue()

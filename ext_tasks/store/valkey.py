@@ -8,6 +8,7 @@ script obvious.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, Final, cast
@@ -18,7 +19,7 @@ from valkey.exceptions import ResponseError
 from valkey.exceptions import ValkeyError as _ValkeyError
 
 from ..protocol.states import TaskStatus
-from ..protocol.tasks import TaskRecord
+from ..protocol.tasks import TaskRecord, task_event
 from .base import ExistingTask, Expired, IdempotencyClaim, Run, TaskStoreUnavailable
 from .keys import KeySchema
 from .memory import TOMBSTONE_MS
@@ -29,13 +30,14 @@ if KEYS[4] then
   if prior then return prior end
 end
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-redis.call('HSET', KEYS[1], unpack(ARGV, 7))
+redis.call('HSET', KEYS[1], unpack(ARGV, 9))
 if ARGV[1] ~= '' then
   redis.call('SET', KEYS[2], ARGV[3], 'PXAT', ARGV[2])
   redis.call('PEXPIREAT', KEYS[1], ARGV[1])
 end
 if KEYS[4] then redis.call('SET', KEYS[4], ARGV[5], 'PX', ARGV[6]) end
 redis.call('XADD', KEYS[3], '*', 'task', ARGV[4])
+redis.call('PUBLISH', ARGV[7], ARGV[8])
 return 1
 """
 
@@ -44,9 +46,10 @@ local version = redis.call('HGET', KEYS[1], 'version')
 if not version then return -1 end
 if version ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], unpack(ARGV, 6))
+redis.call('HSET', KEYS[1], unpack(ARGV, 8))
 if ARGV[3] == '1' then redis.call('XADD', KEYS[2], '*', 'task', ARGV[5]) end
 if ARGV[4] ~= '' then redis.call('PUBLISH', ARGV[4], ARGV[5]) end
+redis.call('PUBLISH', ARGV[6], ARGV[7])
 if ARGV[2] ~= '' then redis.call('PEXPIREAT', KEYS[1], ARGV[2]) end
 return 1
 """
@@ -171,6 +174,8 @@ class ValkeyTaskStore:
             record.task_id,
             "" if idempotency is None else f"{record.task_id} {idempotency.fingerprint}",
             "" if idempotency is None else str(max(1, idempotency.window_ms)),
+            self.keys.events_channel,
+            _encoder.encode(task_event(record)).decode(),
             *record_fields(record),
         ]
         keys = [self.keys.task(record.task_id), self.keys.tombstone(record.task_id), self.keys.runs]
@@ -203,6 +208,8 @@ class ValkeyTaskStore:
             "1" if enqueue else "0",
             self.keys.cancel_channel if cancel else "",
             record.task_id,
+            self.keys.events_channel,
+            _encoder.encode(task_event(record)).decode(),
             *record_fields(record),
         ]
         with _unavailable_on_connection_errors():
@@ -240,17 +247,37 @@ class ValkeyTaskStore:
             await self._client.xack(self.keys.runs, self.keys.run_group, run.delivery)
             await self._client.xdel(self.keys.runs, run.delivery)
 
+    async def queue_depth(self) -> int:
+        with _unavailable_on_connection_errors():
+            return int(await self._client.xlen(self.keys.runs))
+
     async def requeue(self, run: Run) -> None:
         with _unavailable_on_connection_errors():
             await self._client.xadd(self.keys.runs, {"task": run.task_id})
         await self.ack(run)
 
     async def cancellations(self) -> AsyncIterator[str]:
-        pubsub = self._client.pubsub(ignore_subscribe_messages=True)
-        await pubsub.subscribe(self.keys.cancel_channel)
+        async for data in self._channel(self.keys.cancel_channel):
+            if data is not None:
+                yield data
+
+    async def task_events(self) -> AsyncIterator[dict[str, Any]]:
+        async for data in self._channel(self.keys.events_channel):
+            yield {} if data is None else _decoder.decode(data)
+
+    async def _channel(self, channel: str) -> AsyncIterator[str | None]:
+        """Messages of ``channel``; first ``None``, once the subscription is confirmed (live)."""
+        pubsub = self._client.pubsub()
+        with _unavailable_on_connection_errors():
+            await pubsub.subscribe(channel)
+            async with asyncio.timeout(10):
+                while (await pubsub.get_message(timeout=1.0) or {}).get("type") != "subscribe":
+                    pass
         try:
+            yield None
             while True:
-                message = await pubsub.get_message(timeout=1.0)
+                with _unavailable_on_connection_errors():
+                    message = await pubsub.get_message(timeout=1.0)
                 if message is not None and message.get("type") == "message":
                     yield str(message["data"])
         finally:

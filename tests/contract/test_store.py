@@ -207,3 +207,26 @@ async def test_different_idempotency_keys_create_different_tasks(store: TaskStor
     assert await store.create(make_record("a"), IdempotencyClaim("key-a", "f", 60_000)) is None
     assert await store.create(make_record("b"), IdempotencyClaim("key-b", "f", 60_000)) is None
     assert isinstance(await store.lookup("b"), TaskRecord)
+
+
+async def test_every_creation_and_commit_is_announced_in_order(store: TaskStore) -> None:
+    events: list[dict[str, object]] = []
+    iterator = store.task_events()
+    with anyio.fail_after(5):
+        assert await iterator.__anext__() == {}  # the subscription is live
+    first = asyncio.ensure_future(iterator.__anext__())
+    record = make_record("announced")
+    await store.create(record)
+    done = completed(record, {"content": [], "isError": False}, record.created_at_ms + 1)
+    assert await store.commit(done, expect_version=record.version)
+    assert not await store.commit(done, expect_version=record.version)  # a lost commit announces nothing
+    with anyio.fail_after(5):
+        events.append(await first)
+        events.append(await iterator.__anext__())
+    await iterator.aclose()  # type: ignore[attr-defined]
+    assert [(event["taskId"], event["version"], event["owner"]) for event in events] == [
+        ("announced", 1, "alice"),
+        ("announced", 2, "alice"),
+    ]
+    statuses = [event["task"]["status"] for event in events]  # type: ignore[index]
+    assert statuses == ["working", "completed"]

@@ -77,9 +77,16 @@ def test_delivery_never_lengthens_a_life_that_is_already_shorter() -> None:
     assert shrunk is not None and shrunk.ttl_ms == 12_000
 
 
-@pytest.mark.parametrize("status_record", [record(sensitive=True), completed(record(), {"content": []}, 5)])
-def test_only_terminal_sensitive_tasks_shrink(status_record: TaskRecord) -> None:
-    assert delivered(status_record, now_ms=10, grace_ms=5) is None
+def test_a_task_still_running_is_not_delivered() -> None:
+    assert delivered(record(sensitive=True), now_ms=10, grace_ms=5) is None
+
+
+def test_a_delivered_normal_result_keeps_its_whole_life() -> None:
+    done = completed(record(), {"content": []}, 5)
+    marked = delivered(done, now_ms=10, grace_ms=5)
+    assert marked is not None
+    assert (marked.ttl_ms, marked.delivered_at_ms) == (done.ttl_ms, 10)
+    assert delivered(marked, now_ms=11, grace_ms=5) is None  # delivery is recorded once
 
 
 # --- through the engine -------------------------------------------------------------------------

@@ -1,0 +1,74 @@
+"""Prometheus metrics (``GET /metrics``), through the official client library.
+
+Each server process exports its own figures (label ``instance`` is the scrape target's business):
+requests by method and outcome with their latency, task transitions by status, the run queue's depth,
+runs taken over from dead workers, and requestState rejections by reason.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+REGISTRY: Final = CollectorRegistry()
+
+REQUESTS: Final = Counter(
+    "ext_tasks_requests_total",
+    "JSON-RPC requests handled, by method and outcome (ok, or the JSON-RPC error code).",
+    ["method", "outcome"],
+    registry=REGISTRY,
+)
+REQUEST_SECONDS: Final = Histogram(
+    "ext_tasks_request_seconds",
+    "Time to answer a request (until the reply or the start of its stream), by method.",
+    ["method"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0),
+    registry=REGISTRY,
+)
+TASK_TRANSITIONS: Final = Counter(
+    "ext_tasks_task_transitions_total",
+    "Tasks entering each status (created tasks enter working).",
+    ["status"],
+    registry=REGISTRY,
+)
+QUEUE_DEPTH: Final = Gauge(
+    "ext_tasks_run_queue_depth",
+    "Task runs queued or in flight, as last seen by this process's worker.",
+    registry=REGISTRY,
+)
+LEASE_RECLAIMS: Final = Counter(
+    "ext_tasks_lease_reclaims_total", "Task runs taken over after their worker stopped heartbeating.", registry=REGISTRY
+)
+STATE_REJECTIONS: Final = Counter(
+    "ext_tasks_request_state_rejections_total",
+    "requestState verification failures, by reason (the client only ever sees one fixed error).",
+    ["reason"],
+    registry=REGISTRY,
+)
+KNOWN_METHODS: Final = frozenset(
+    {
+        "server/discover",
+        "tools/list",
+        "tools/call",
+        "prompts/list",
+        "prompts/get",
+        "resources/list",
+        "resources/templates/list",
+        "resources/read",
+        "completion/complete",
+        "subscriptions/listen",
+        "tasks/get",
+        "tasks/update",
+        "tasks/cancel",
+    }
+)
+
+
+def method_label(method: str) -> str:
+    """Unknown method names are client-chosen text: one label for all, so they cannot grow the series."""
+    return method if method in KNOWN_METHODS else "other"
+
+
+def scrape() -> tuple[bytes, str]:
+    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
