@@ -263,6 +263,9 @@ class Engine:
                     yield notification_message(
                         "notifications/resources/updated", {"_meta": dict(meta), "uri": event.uri}
                     )
+                elif event.kind == "task" and event.task is not None and event.task.get("owner") == principal.id:
+                    # The full DetailedTask, as tasks/get would show it at that commit (ext spec §3.9).
+                    yield notification_message("notifications/tasks", {**event.task["task"], "_meta": dict(meta)})
 
 
 async def _drop(method: str, params: dict[str, Any]) -> None:

