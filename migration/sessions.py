@@ -62,6 +62,12 @@ class SessionStore(Protocol):
 
     async def list_tasks(self, scope: str, offset: int, limit: int) -> list[str]: ...
 
+    async def save_task(self, task: dict[str, Any], ttl_ms: int) -> None:
+        """Keep a task the shim made itself (see ``LegacyShim._inline_as_task``)."""
+        ...
+
+    async def load_task(self, task_id: str) -> dict[str, Any] | None: ...
+
     async def mark_cancelled(self, task_id: str, ttl_ms: int) -> None: ...
 
     async def was_cancelled(self, task_id: str) -> bool: ...
@@ -78,6 +84,7 @@ class MemorySessionStore:
         self._queues: defaultdict[str, set[asyncio.Queue[dict[str, Any]]]] = defaultdict(set)
         self._index: defaultdict[str, list[tuple[int, str]]] = defaultdict(list)
         self._cancelled: dict[str, float] = {}
+        self._tasks: dict[str, tuple[dict[str, Any], float]] = {}
 
     async def save(self, session: LegacySession) -> None:
         self._sessions[session.session_id] = (session, time.monotonic() + self._ttl_s)
@@ -114,6 +121,13 @@ class MemorySessionStore:
 
     async def list_tasks(self, scope: str, offset: int, limit: int) -> list[str]:
         return [task_id for _, task_id in self._index.get(scope, [])[offset : offset + limit]]
+
+    async def save_task(self, task: dict[str, Any], ttl_ms: int) -> None:
+        self._tasks[str(task["taskId"])] = (task, time.monotonic() + ttl_ms / 1000)
+
+    async def load_task(self, task_id: str) -> dict[str, Any] | None:
+        found = self._tasks.get(task_id)
+        return found[0] if found is not None and found[1] > time.monotonic() else None
 
     async def mark_cancelled(self, task_id: str, ttl_ms: int) -> None:
         self._cancelled[task_id] = time.monotonic() + ttl_ms / 1000

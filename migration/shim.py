@@ -22,6 +22,7 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any, Final
 
 from ext_tasks.protocol.envelope import LOG_LEVELS
@@ -68,6 +69,10 @@ _PASSTHROUGH: Final = frozenset(
 )
 _WITH_INPUT: Final = frozenset({"tools/call", "prompts/get", "resources/read"})
 _LIST_PAGE: Final = 50
+#: Ids of tasks the shim made itself from inline answers; they live in the session store. (A random
+#: engine id starting with these 12 characters has a chance of 64**-12.)
+_SHIM_TASK_PREFIX: Final = "shim-inline-"
+_SHIM_TASK_TTL_MS: Final = 3_600_000
 
 
 class SessionRequired(InvalidRequest):
@@ -320,8 +325,32 @@ class LegacyShim:
                 await self.sessions.index_task(session.task_scope, str(result["taskId"]), _now_ms())
                 yield result_message(request.id, legacy_create_task_result(result))
                 return
+            if request.method == "tools/call" and isinstance(request.params.get("task"), dict):
+                # The client asked for a task, but the upstream answered inline (it may: task creation is
+                # server-directed). A 2025-11-25 client can only take a CreateTaskResult here, so the
+                # answer becomes a task of the shim's own, already completed.
+                created = await self._inline_as_task(session, request.params, result)
+                yield result_message(request.id, legacy_create_task_result(created))
+                return
             yield result_message(request.id, legacy_result(result))
             return
+
+    async def _inline_as_task(self, session: LegacySession, params: Mapping[str, Any], result: Message) -> Message:
+        now = _iso_now()
+        hint = (params.get("task") or {}).get("ttl")
+        ttl: int = hint if isinstance(hint, int) and not isinstance(hint, bool) and hint > 0 else _SHIM_TASK_TTL_MS
+        created: Message = {
+            "taskId": f"{_SHIM_TASK_PREFIX}{secrets.token_urlsafe(18)}",
+            "status": "completed",
+            "createdAt": now,
+            "lastUpdatedAt": now,
+            "ttlMs": ttl,
+            "result": {key: value for key, value in result.items() if key != "resultType"},
+            "scope": session.task_scope,
+        }
+        await self.sessions.save_task(created, ttl)
+        await self.sessions.index_task(session.task_scope, created["taskId"], _now_ms())
+        return created
 
     async def _ask_client(
         self, session: LegacySession, requests: Mapping[str, Any], task_id: str | None, answers: dict[str, Any]
@@ -357,6 +386,11 @@ class LegacyShim:
     # --- tasks ------------------------------------------------------------------------------------
 
     async def _task(self, session: LegacySession, task_id: str, caller: Caller) -> Message:
+        if task_id.startswith(_SHIM_TASK_PREFIX):
+            own = await self.sessions.load_task(task_id)
+            if own is None or own.get("scope") != session.task_scope:
+                raise InvalidParams("Failed to retrieve task: Task not found")
+            return {key: value for key, value in own.items() if key != "scope"}
         final = await self._final(self._modern(session, "tasks/get", {"taskId": task_id}, tasks=True), caller)
         if "error" in final:
             raise _as_protocol_error(final["error"])
@@ -553,3 +587,7 @@ def _as_protocol_error(error: Mapping[str, Any]) -> ProtocolError:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _iso_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

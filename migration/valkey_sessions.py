@@ -73,6 +73,13 @@ class ValkeySessionStore:
         found = await self._client.zrange(self._key("legacy-tasks", scope), offset, offset + limit - 1)
         return [str(task_id) for task_id in found]
 
+    async def save_task(self, task: dict[str, Any], ttl_ms: int) -> None:
+        await self._client.set(self._key("shim-task", str(task["taskId"])), json.dumps(task), px=max(1, ttl_ms))
+
+    async def load_task(self, task_id: str) -> dict[str, Any] | None:
+        raw = await self._client.get(self._key("shim-task", task_id))
+        return None if raw is None else dict(json.loads(raw))
+
     async def mark_cancelled(self, task_id: str, ttl_ms: int) -> None:
         await self._client.set(self._key("legacy-cancelled", task_id), "1", px=max(1, ttl_ms))
 

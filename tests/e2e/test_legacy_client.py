@@ -76,6 +76,9 @@ def assert_legacy_flow(observed: dict[str, Any], *, policies_known: bool = True,
     assert observed["listed"] == observed["expectedListed"]
     assert observed["cancelled"] == observed["afterCancel"] == "cancelled"
     assert observed["mrtr"] == "Hello, Grace!"
+    # A forbidden tool asked for as a task: -32601 where the policy is known; through a proxy (policy not on
+    # the wire) the upstream answers inline and the shim hands the answer over as a completed task.
+    assert observed["forbiddenAsTask"] == (-32601 if policies_known else "Hello, Ada!")
     assert observed["elicitations"] == ["Delete old.log?", "What is your name?"]
 
 

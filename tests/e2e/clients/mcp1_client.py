@@ -15,6 +15,7 @@ import anyio
 from mcp import ClientSession
 from mcp.client.streamable_http import streamablehttp_client
 from mcp.shared.context import RequestContext
+from mcp.shared.exceptions import McpError
 from mcp.types import CallToolResult, ElicitRequestParams, ElicitResult
 
 observed: dict[str, Any] = {"elicitations": []}
@@ -67,6 +68,15 @@ async def main(url: str) -> None:
         observed["cancelledTaskId"] = slow.task.taskId
         observed["cancelled"] = cancelled.status
         observed["afterCancel"] = (await session.experimental.get_task(slow.task.taskId)).status
+
+        # Task augmentation of a tool that never runs as a task: refused (-32601) where the policy is known;
+        # through a proxy, where it is not, the inline answer arrives as a completed task.
+        try:
+            inline = await session.experimental.call_tool_as_task("greet", {"name": "Ada"})
+            greeted = await session.experimental.get_task_result(inline.task.taskId, CallToolResult)
+            observed["forbiddenAsTask"] = greeted.content[0].text  # type: ignore[union-attr]
+        except McpError as exc:
+            observed["forbiddenAsTask"] = exc.error.code
 
         # A plain call of a tool that asks (MRTR on the server) arrives as a real elicitation request.
         plain = await session.call_tool("test_input_required_result_elicitation", {})
