@@ -29,6 +29,8 @@ from .protocol.resume import generate_key
 if TYPE_CHECKING:
     from litestar import Litestar
 
+    from .server import Runtime
+
 logger = logging.getLogger("ext_tasks.cli")
 
 
@@ -126,8 +128,11 @@ def _serve(settings: Settings) -> int:
         config.workers = settings.workers
         config.application_path = "ext_tasks.cli:app_from_env()"
         return int(run(config) or 0)
-    app = app_from_settings(settings)
-    return _run_single(app, config)
+    runtime, app = _build(settings)
+    assert runtime.engine is not None
+    # On SIGTERM, end subscription streams first (each gets its final result), so hypercorn's drain of
+    # open connections does not have to cut them at its graceful timeout.
+    return _run_single(app, config, on_signal=runtime.engine.close)
 
 
 def _env_for_children(settings: Settings) -> dict[str, str]:
@@ -143,12 +148,16 @@ def _env_for_children(settings: Settings) -> dict[str, str]:
 
 
 def app_from_settings(settings: Settings) -> Litestar:
+    return _build(settings)[1]
+
+
+def _build(settings: Settings) -> tuple[Runtime, Litestar]:
     from .http import create_app
     from .server import Runtime, build_authenticator, load_registry
 
     runtime = Runtime(load_registry(settings.tools), settings)
     assert runtime.engine is not None
-    return create_app(
+    return runtime, create_app(
         runtime.engine,
         settings,
         build_authenticator(settings),
@@ -225,19 +234,25 @@ def _version() -> str:
         return "0.0.0"
 
 
-def _stop_event() -> asyncio.Event:
+def _stop_event(on_signal: Callable[[], None] | None = None) -> asyncio.Event:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+
+    def stopping() -> None:
+        if on_signal is not None:
+            on_signal()
+        stop.set()
+
     for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
+        loop.add_signal_handler(signum, stopping)
     return stop
 
 
-def _run_single(app: object, config: HypercornConfig) -> int:
+def _run_single(app: object, config: HypercornConfig, on_signal: Callable[[], None] | None = None) -> int:
     from hypercorn.asyncio import serve
 
     async def main() -> None:
-        stop = _stop_event()
+        stop = _stop_event(on_signal)
         await serve(app, config, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
 
     _run_loop(main)

@@ -205,3 +205,18 @@ def exercise(server: ServerProcess, token: str) -> list[str]:
                 break
             time.sleep(0.05)
     return [state, tampered]
+
+
+def test_sigterm_ends_listen_streams_with_their_final_result(tmp_path: Path) -> None:
+    with running_server(tmp_path, tools=TOOLS) as server:
+        listener = Listener(server.url, {"notifications": {"toolsListChanged": True}})
+        ack = listener.next()
+        subscription = ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"]
+        started = time.monotonic()
+        server.process.terminate()
+        final = listener.next()
+        assert final["result"]["resultType"] == "complete"
+        assert final["result"]["_meta"]["io.modelcontextprotocol/subscriptionId"] == subscription
+        server.process.wait(timeout=15)
+        listener.close()
+    assert time.monotonic() - started < 5  # not cut at hypercorn's graceful timeout
