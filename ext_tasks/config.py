@@ -53,6 +53,9 @@ class Settings:
     sensitive_grace_ms: int = 30_000
     idempotency_window_s: int = 86_400
     legacy: bool = True
+    max_active_tasks: int = 1_000
+    state_single_use: bool = False
+    poll_rate_limit: bool = False
 
     @property
     def bound_to_loopback(self) -> bool:
@@ -82,6 +85,8 @@ class Settings:
         return self._validate_limits()
 
     def _validate_limits(self) -> Settings:
+        if self.max_active_tasks < 0:
+            raise ConfigError("EXT_TASKS_MAX_ACTIVE_TASKS must not be negative (0: no cap)")
         if self.log_format not in ("json", "text"):
             raise ConfigError("EXT_TASKS_LOG_FORMAT must be json or text")
         if self.state_ttl_s <= 0:
@@ -200,4 +205,7 @@ def settings_from_env(env: Mapping[str, str] | None = None) -> Settings:
         sensitive_grace_ms=_number(env, "EXT_TASKS_SENSITIVE_GRACE_MS", defaults.sensitive_grace_ms),
         idempotency_window_s=_number(env, "EXT_TASKS_IDEMPOTENCY_WINDOW_S", defaults.idempotency_window_s),
         legacy=not _flag(env, "EXT_TASKS_NO_LEGACY"),
+        max_active_tasks=_number(env, "EXT_TASKS_MAX_ACTIVE_TASKS", defaults.max_active_tasks),
+        state_single_use=_flag(env, "EXT_TASKS_STATE_SINGLE_USE"),
+        poll_rate_limit=_flag(env, "EXT_TASKS_POLL_RATE_LIMIT"),
     )

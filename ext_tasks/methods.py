@@ -57,6 +57,8 @@ class CoreMethods:
         self.codec = codec
         self.cache = cache
         self.tasks = tasks
+        #: Set for single-use requestState (``EXT_TASKS_STATE_SINGLE_USE``): the store's claim.
+        self.claim_once: Callable[[str, int], Awaitable[bool]] | None = None
 
     def table(self) -> dict[str, Callable[[Call], Awaitable[Result]]]:
         return {
@@ -196,6 +198,7 @@ class CoreMethods:
             emit=call.emit,
             body=body,
             start_task=start_task,
+            claim_once=self.claim_once,
         )
 
     # --- the tasks extension ----------------------------------------------------------------------

@@ -28,6 +28,8 @@ logger = logging.getLogger("ext_tasks.mrtr")
 
 Outcome = dict[str, Any]
 StartTaskHook = Callable[[dict[str, Any], Any], Awaitable[Outcome]]
+#: ``claim(key, ttl_ms) -> bool`` of a shared store: ``True`` only the first time a key is claimed.
+ClaimOnce = Callable[[str, int], Awaitable[bool]]
 
 
 def binding_for(method: str, target: str, arguments: Mapping[str, Any] | None, principal: Principal) -> Binding:
@@ -44,13 +46,14 @@ async def run_round(
     emit: Emit,
     body: Callable[[Context], Awaitable[Outcome]],
     start_task: StartTaskHook | None = None,
+    claim_once: ClaimOnce | None = None,
 ) -> Outcome:
     """Run ``body`` for one round and return the result object (``complete`` or ``input_required``).
 
     With ``start_task``, the function may call ``ctx.start_task()``; the round then ends with whatever
     the hook returns (a ``CreateTaskResult``), handing it every answer so far and the function's state.
     """
-    answers, state = _restore(codec, binding, params)
+    answers, state = await _restore(codec, binding, params, claim_once)
     ctx = Context(
         principal=principal,
         envelope=envelope,
@@ -72,12 +75,18 @@ async def run_round(
     return result
 
 
-def _restore(codec: ResumeCodec, binding: Binding, params: Mapping[str, Any]) -> tuple[dict[str, Any], Any]:
+async def _restore(
+    codec: ResumeCodec, binding: Binding, params: Mapping[str, Any], claim_once: ClaimOnce | None
+) -> tuple[dict[str, Any], Any]:
     fresh = parse_input_responses(dict(params))
     if "requestState" not in params:
         return fresh, None
     try:
         claims = codec.unseal(params["requestState"], binding)
+        # Single use: the state's id is remembered (in the shared store) until the state would expire
+        # anyway, so a replayed retry is refused like any other bad state.
+        if claim_once is not None and not await claim_once(f"state:{claims.state_id}", codec.ttl_s * 1000):
+            raise InvalidRequestState("replayed")
     except InvalidRequestState as exc:
         # The reason is for operators only; the client gets one fixed message whatever went wrong.
         STATE_REJECTIONS.labels(exc.reason).inc()

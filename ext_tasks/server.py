@@ -80,8 +80,13 @@ def build_engine(registry: ToolRegistry, settings: Settings, store: TaskStore) -
         poll_max_ms=settings.poll_max_ms,
         sensitive_grace_ms=settings.sensitive_grace_ms,
         idempotency_window_ms=settings.idempotency_window_s * 1000,
+        max_active_per_principal=settings.max_active_tasks,
+        poll_rate_limit=settings.poll_rate_limit,
     )
-    return Engine(registry, codec, options, tasks=TaskMethods(store, task_options))
+    engine = Engine(registry, codec, options, tasks=TaskMethods(store, task_options))
+    if settings.state_single_use:
+        engine.core.claim_once = store.claim
+    return engine
 
 
 def build_worker(registry: ToolRegistry, settings: Settings, store: TaskStore) -> Worker:

@@ -23,7 +23,7 @@ from pydantic import Field
 from .auth import Principal
 from .lifecycle import task_event
 from .protocol.envelope import Envelope
-from .protocol.errors import InvalidParams, MissingClientCapability
+from .protocol.errors import InvalidParams, LimitExceeded, MissingClientCapability
 from .protocol.resume import digest_arguments
 from .protocol.states import TaskStatus
 from .protocol.tasks import (
@@ -33,10 +33,11 @@ from .protocol.tasks import (
     cancelled,
     delivered,
     detailed_task_wire,
+    poll_interval,
     task_wire,
 )
 from .protocol.wire import WireModel, parse_input_responses, validate_params
-from .store.base import ExistingTask, Expired, IdempotencyClaim, TaskStore
+from .store.base import ActiveLimit, ExistingTask, Expired, IdempotencyClaim, TaskStore, TooManyActiveTasks
 from .tools import Tool
 
 logger = logging.getLogger("ext_tasks.lifecycle")
@@ -57,6 +58,10 @@ class TaskOptions:
     poll_max_ms: int = 5_000
     sensitive_grace_ms: int = 30_000
     idempotency_window_ms: int = 86_400_000
+    #: Unfinished tasks one principal may have at once (0: no cap).
+    max_active_per_principal: int = 1_000
+    #: Refuse (429) a ``tasks/get`` sooner than half the advertised ``pollIntervalMs`` after the last one.
+    poll_rate_limit: bool = False
 
     def published(self) -> dict[str, int]:
         return {
@@ -163,7 +168,13 @@ class TaskMethods:
                 # The key never outlives the task it names.
                 window_ms=min(self.options.idempotency_window_ms, ttl_ms),
             )
-        existing = await self.store.create(record, claim)
+        cap = self.options.max_active_per_principal
+        try:
+            existing = await self.store.create(record, claim, ActiveLimit(cap, now) if cap > 0 else None)
+        except TooManyActiveTasks:
+            raise LimitExceeded(
+                f"Too many unfinished tasks for this caller (the limit is {cap}); wait for some to finish"
+            ) from None
         if existing is not None:
             assert claim is not None
             return await self._resent(existing, claim, principal)
@@ -200,6 +211,10 @@ class TaskMethods:
     async def get(self, params: Mapping[str, Any], envelope: Envelope, principal: Principal) -> Result:
         record = await self._find(params, envelope, principal)
         now = self._clock_ms()
+        if self.options.poll_rate_limit:
+            interval = poll_interval(record, now)
+            if not await self.store.claim(f"poll:{record.task_id}:{_scoped(principal.id, '')}", interval // 2):
+                raise LimitExceeded(f"Polling faster than the advertised pollIntervalMs ({interval} ms); slow down")
         shrunk = delivered(record, now, self.options.sensitive_grace_ms)
         if shrunk is not None:
             # The outcome is handed out for the first time: a sensitive one has what is left of its life

@@ -7,6 +7,7 @@ The tree::
       InvalidRequest(-32600, 400)
         BodyTooLarge(413)
         ForbiddenOrigin(403)
+        LimitExceeded(429)
       MethodNotFound(-32601, 404)
       InvalidParams(-32602)
         MissingMeta(400)
@@ -73,6 +74,12 @@ class ForbiddenOrigin(InvalidRequest):
     """Origin or Host header not allowed (DNS-rebinding protection)."""
 
     http_status = 403
+
+
+class LimitExceeded(InvalidRequest):
+    """A configured limit of the caller was reached (active tasks, polling rate): retry later."""
+
+    http_status = 429
 
 
 class MethodNotFound(ProtocolError):

@@ -61,6 +61,18 @@ class IdempotencyClaim:
 
 
 @dataclass(frozen=True, slots=True)
+class ActiveLimit:
+    """At most ``cap`` tasks of one owner may be unfinished (and unexpired) at once."""
+
+    cap: int
+    now_ms: int
+
+
+class TooManyActiveTasks(Exception):
+    """``create`` refused: the owner already has ``ActiveLimit.cap`` unfinished tasks."""
+
+
+@dataclass(frozen=True, slots=True)
 class ExistingTask:
     """The task an idempotency key already names."""
 
@@ -85,9 +97,17 @@ class TaskStore(Protocol):
         """Raise :class:`TaskStoreUnavailable` unless the store answers."""
         ...
 
-    async def create(self, record: TaskRecord, idempotency: IdempotencyClaim | None = None) -> ExistingTask | None:
+    async def create(
+        self, record: TaskRecord, idempotency: IdempotencyClaim | None = None, limit: ActiveLimit | None = None
+    ) -> ExistingTask | None:
         """Create ``record`` (and queue its run); or, if ``idempotency`` names an earlier task, only
-        return that task."""
+        return that task. With ``limit``, raise :class:`TooManyActiveTasks` instead of creating a task
+        beyond the owner's cap (checked in the same atomic step)."""
+        ...
+
+    async def claim(self, key: str, ttl_ms: int) -> bool:
+        """Take ``key`` for ``ttl_ms`` unless someone holds it: ``True`` the first time, ``False`` after
+        (used for single-use requestState and for polling rate limits)."""
         ...
 
     async def lookup(self, task_id: str) -> TaskRecord | Expired | None: ...

@@ -21,6 +21,12 @@ class KeySchema:
     def tombstone(self, task_id: str) -> str:
         return f"{self.prefix}:tomb:{{{task_id}}}"
 
+    def active(self, owner: str) -> str:
+        return f"{self.prefix}:active:{owner}"
+
+    def claim(self, key: str) -> str:
+        return f"{self.prefix}:claim:{key}"
+
     def idempotency(self, scoped_key: str) -> str:
         return f"{self.prefix}:idem:{scoped_key}"
 

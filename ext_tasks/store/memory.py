@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, Final
 
 from ..protocol.tasks import TaskRecord, task_event
-from .base import ExistingTask, Expired, IdempotencyClaim, Run
+from .base import ActiveLimit, ExistingTask, Expired, IdempotencyClaim, Run, TooManyActiveTasks
 
 #: How long an expired task is still reported as "expired" rather than "not found".
 TOMBSTONE_MS: Final = 24 * 3600 * 1000
@@ -25,6 +25,8 @@ class MemoryTaskStore:
         self._records: dict[str, TaskRecord] = {}
         self._tombstones: dict[str, tuple[str, int]] = {}
         self._idempotency: dict[str, tuple[ExistingTask, int]] = {}
+        self._active: dict[str, dict[str, int]] = {}
+        self._claims: dict[str, int] = {}
         self._queue: asyncio.Queue[str] = asyncio.Queue()
         self._deliveries = 0
         self._cancel_listeners: set[asyncio.Queue[str]] = set()
@@ -39,7 +41,9 @@ class MemoryTaskStore:
     async def ping(self) -> None:
         return None
 
-    async def create(self, record: TaskRecord, idempotency: IdempotencyClaim | None = None) -> ExistingTask | None:
+    async def create(
+        self, record: TaskRecord, idempotency: IdempotencyClaim | None = None, limit: ActiveLimit | None = None
+    ) -> ExistingTask | None:
         now = self._clock_ms()
         if idempotency is not None:
             prior = self._idempotency.get(idempotency.key)
@@ -47,6 +51,13 @@ class MemoryTaskStore:
                 return prior[0]
         if record.task_id in self._records:
             raise ValueError(f"task {record.task_id} exists")
+        if limit is not None:
+            active = self._active.setdefault(record.owner, {})
+            for task_id in [task_id for task_id, expires in active.items() if expires <= limit.now_ms]:
+                del active[task_id]
+            if len(active) >= limit.cap:
+                raise TooManyActiveTasks(record.owner)
+            active[record.task_id] = record.expires_at_ms or 2**62
         self._records[record.task_id] = record
         if idempotency is not None:
             existing = ExistingTask(record.task_id, idempotency.fingerprint)
@@ -80,11 +91,22 @@ class MemoryTaskStore:
             return False
         self._records[record.task_id] = record
         self._announce(record)
+        if record.terminal:
+            self._active.get(record.owner, {}).pop(record.task_id, None)
         if enqueue:
             self._queue.put_nowait(record.task_id)
         if cancel:
             for listener in self._cancel_listeners:
                 listener.put_nowait(record.task_id)
+        return True
+
+    async def claim(self, key: str, ttl_ms: int) -> bool:
+        now = self._clock_ms()
+        if self._claims.get(key, 0) > now:
+            return False
+        if len(self._claims) > 100_000:  # forget lapsed claims now and then
+            self._claims = {k: until for k, until in self._claims.items() if until > now}
+        self._claims[key] = now + ttl_ms
         return True
 
     async def next_runs(self, consumer: str, count: int, block_ms: int) -> list[Run]:

@@ -20,22 +20,28 @@ from valkey.exceptions import ValkeyError as _ValkeyError
 
 from ..protocol.states import TaskStatus
 from ..protocol.tasks import TaskRecord, task_event
-from .base import ExistingTask, Expired, IdempotencyClaim, Run, TaskStoreUnavailable
+from .base import ActiveLimit, ExistingTask, Expired, IdempotencyClaim, Run, TaskStoreUnavailable, TooManyActiveTasks
 from .keys import KeySchema
 from .memory import TOMBSTONE_MS
 
 _CREATE: Final = """
-if KEYS[4] then
+if ARGV[5] ~= '' then
   local prior = redis.call('GET', KEYS[4])
   if prior then return prior end
 end
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-redis.call('HSET', KEYS[1], unpack(ARGV, 9))
+if ARGV[9] ~= '' then
+  redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', ARGV[10])
+  if redis.call('ZCARD', KEYS[5]) >= tonumber(ARGV[9]) then return -2 end
+  redis.call('ZADD', KEYS[5], ARGV[11], ARGV[4])
+  redis.call('PEXPIRE', KEYS[5], 86400000)
+end
+redis.call('HSET', KEYS[1], unpack(ARGV, 12))
 if ARGV[1] ~= '' then
   redis.call('SET', KEYS[2], ARGV[3], 'PXAT', ARGV[2])
   redis.call('PEXPIREAT', KEYS[1], ARGV[1])
 end
-if KEYS[4] then redis.call('SET', KEYS[4], ARGV[5], 'PX', ARGV[6]) end
+if ARGV[5] ~= '' then redis.call('SET', KEYS[4], ARGV[5], 'PX', ARGV[6]) end
 redis.call('XADD', KEYS[3], '*', 'task', ARGV[4])
 redis.call('PUBLISH', ARGV[7], ARGV[8])
 return 1
@@ -46,7 +52,8 @@ local version = redis.call('HGET', KEYS[1], 'version')
 if not version then return -1 end
 if version ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], unpack(ARGV, 8))
+redis.call('HSET', KEYS[1], unpack(ARGV, 9))
+if ARGV[8] == '1' then redis.call('ZREM', KEYS[3], ARGV[5]) end
 if ARGV[3] == '1' then redis.call('XADD', KEYS[2], '*', 'task', ARGV[5]) end
 if ARGV[4] ~= '' then redis.call('PUBLISH', ARGV[4], ARGV[5]) end
 redis.call('PUBLISH', ARGV[6], ARGV[7])
@@ -165,7 +172,9 @@ class ValkeyTaskStore:
         with _unavailable_on_connection_errors():
             await self._client.ping()
 
-    async def create(self, record: TaskRecord, idempotency: IdempotencyClaim | None = None) -> ExistingTask | None:
+    async def create(
+        self, record: TaskRecord, idempotency: IdempotencyClaim | None = None, limit: ActiveLimit | None = None
+    ) -> ExistingTask | None:
         expires = record.expires_at_ms
         args = [
             "" if expires is None else str(expires),
@@ -176,13 +185,22 @@ class ValkeyTaskStore:
             "" if idempotency is None else str(max(1, idempotency.window_ms)),
             self.keys.events_channel,
             _encoder.encode(task_event(record)).decode(),
+            "" if limit is None else str(limit.cap),
+            "" if limit is None else str(limit.now_ms),
+            str(expires if expires is not None else 2**62),
             *record_fields(record),
         ]
-        keys = [self.keys.task(record.task_id), self.keys.tombstone(record.task_id), self.keys.runs]
-        if idempotency is not None:
-            keys.append(self.keys.idempotency(idempotency.key))
+        keys = [
+            self.keys.task(record.task_id),
+            self.keys.tombstone(record.task_id),
+            self.keys.runs,
+            self.keys.idempotency(idempotency.key if idempotency is not None else "-"),
+            self.keys.active(record.owner),
+        ]
         with _unavailable_on_connection_errors():
             created = await self._create(keys=keys, args=args)
+        if created == -2:
+            raise TooManyActiveTasks(record.owner)
         if isinstance(created, str):
             task_id, _, fingerprint = created.partition(" ")
             return ExistingTask(task_id, fingerprint)
@@ -210,11 +228,17 @@ class ValkeyTaskStore:
             record.task_id,
             self.keys.events_channel,
             _encoder.encode(task_event(record)).decode(),
+            "1" if record.terminal else "0",
             *record_fields(record),
         ]
+        keys = [self.keys.task(record.task_id), self.keys.runs, self.keys.active(record.owner)]
         with _unavailable_on_connection_errors():
-            outcome = await self._commit(keys=[self.keys.task(record.task_id), self.keys.runs], args=args)
+            outcome = await self._commit(keys=keys, args=args)
         return bool(outcome == 1)
+
+    async def claim(self, key: str, ttl_ms: int) -> bool:
+        with _unavailable_on_connection_errors():
+            return bool(await self._client.set(self.keys.claim(key), "1", nx=True, px=max(1, ttl_ms)))
 
     async def next_runs(self, consumer: str, count: int, block_ms: int) -> list[Run]:
         with _unavailable_on_connection_errors():

@@ -11,7 +11,7 @@ import pytest
 
 from ext_tasks.protocol.states import TaskStatus
 from ext_tasks.protocol.tasks import TaskRecord, cancelled, completed
-from ext_tasks.store.base import ExistingTask, Expired, IdempotencyClaim, TaskStore
+from ext_tasks.store.base import ActiveLimit, ExistingTask, Expired, IdempotencyClaim, TaskStore, TooManyActiveTasks
 from ext_tasks.store.valkey import ValkeyTaskStore
 from tests.support.valkey import ValkeyServer
 
@@ -230,3 +230,24 @@ async def test_every_creation_and_commit_is_announced_in_order(store: TaskStore)
     ]
     statuses = [event["task"]["status"] for event in events]  # type: ignore[index]
     assert statuses == ["working", "completed"]
+
+
+async def test_a_claim_is_granted_once_until_it_lapses(store: TaskStore) -> None:
+    assert await store.claim("state:abc", 60_000)
+    assert not await store.claim("state:abc", 60_000)
+    assert await store.claim("state:other", 60_000)
+
+
+async def test_the_active_task_cap_counts_unfinished_tasks_of_one_owner(store: TaskStore) -> None:
+    now = int(time.time() * 1000)
+    limit = ActiveLimit(cap=2, now_ms=now)
+    first, second = make_record("cap-1"), make_record("cap-2")
+    assert await store.create(first, limit=limit) is None
+    assert await store.create(second, limit=limit) is None
+    with pytest.raises(TooManyActiveTasks):
+        await store.create(make_record("cap-3"), limit=limit)
+    assert await store.lookup("cap-3") is None
+    # Another owner has its own count; a finished task frees its place.
+    assert await store.create(make_record("cap-bob", owner="bob"), limit=limit) is None
+    assert await store.commit(completed(first, {"content": []}, now + 1), expect_version=1)
+    assert await store.create(make_record("cap-4"), limit=limit) is None
