@@ -25,6 +25,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.e2e.test_conformance_tasks import TASK_SCENARIOS
 from tests.support.cluster import (
     Cluster,
     fleet_env,
@@ -48,17 +49,6 @@ TASK_TOOLS = "tests.e2e.task_tools"
 
 REFEREE = os.environ.get("EXT_TASKS_CONFORMANCE_PKG") or "@modelcontextprotocol/conformance@0.2.0-alpha.12"
 REFEREE_TIMEOUT_S = 300
-TASK_SCENARIOS = (
-    "tasks-lifecycle",
-    "tasks-capability-negotiation",
-    "tasks-wire-fields",
-    "tasks-request-state-removal",
-    "tasks-mrtr-input",
-    "tasks-request-headers",
-    "tasks-dispatch-and-envelope",
-    "tasks-required-task-error",
-    "tasks-mrtr-composition",
-)
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _PASSED_LINE = re.compile(r"^Passed: (\d+)/(\d+), (\d+) failed, (\d+) warnings?$")
 

@@ -9,7 +9,6 @@ server. The client runs in its own interpreter (``EXT_TASKS_MCP1_PYTHON``, defau
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.support.clients import mcp1_python, run_json_client
 from tests.support.cluster import running_cluster, wait_for
 from tests.support.processes import REPO, free_port, running_server, stop
 
@@ -28,29 +28,8 @@ TOOLS = "ext_tasks.examples.conformance"
 CLIENT = REPO / "tests" / "e2e" / "clients" / "mcp1_client.py"
 
 
-def mcp1_python() -> Path:
-    configured = os.environ.get("EXT_TASKS_MCP1_PYTHON")
-    python = Path(configured) if configured else REPO / ".venvs" / "mcp1" / "bin" / "python"
-    if not python.exists():
-        pytest.fail(
-            f"no mcp==1.27.2 interpreter at {python}: run the README's test command (bash scripts/test.sh), "
-            "or point EXT_TASKS_MCP1_PYTHON at a Python that has mcp==1.27.2 installed.",
-            pytrace=False,
-        )
-    return python
-
-
 def run_client(url: str) -> dict[str, Any]:
-    completed = subprocess.run(
-        [str(mcp1_python()), str(CLIENT), url],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO,
-        check=False,
-    )
-    assert completed.returncode == 0, f"client failed:\n{completed.stdout}\n{completed.stderr[-4000:]}"
-    observed: dict[str, Any] = json.loads(completed.stdout.strip().splitlines()[-1])
+    observed = run_json_client(mcp1_python(), CLIENT, url)
     print(json.dumps(observed))
     return observed
 

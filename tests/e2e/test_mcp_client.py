@@ -6,35 +6,19 @@ so that mcp 2.x never shares an environment with the dev tools.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.processes import REPO, ServerProcess, running_server
+from tests.support.clients import mcp2_python, run_json_client
+from tests.support.processes import ServerProcess, running_server
 
 pytestmark = pytest.mark.e2e
 
 CLIENT_SCRIPT = Path(__file__).parent / "clients" / "mcp2_client.py"
 CLIENT_TIMEOUT_S = 60
-
-
-def mcp2_python() -> Path:
-    """The mcp 2.3.0 interpreter. Missing means a broken setup, so the test fails (never skips)."""
-    configured = os.environ.get("EXT_TASKS_MCP2_PYTHON")
-    python = Path(configured) if configured else REPO / ".venvs" / "mcp2" / "bin" / "python"
-    if not python.exists():
-        pytest.fail(
-            f"the mcp==2.3.0 interpreter {python} does not exist. Run the README's test command, "
-            "`bash scripts/test.sh` (it creates .venvs/mcp2 with mcp==2.3.0), or point "
-            "EXT_TASKS_MCP2_PYTHON at a Python that has mcp==2.3.0 installed.",
-            pytrace=False,
-        )
-    return python
 
 
 @pytest.fixture(scope="module")
@@ -44,27 +28,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 
 def run_client(python: Path, server: ServerProcess, mode: str) -> dict[str, Any]:
-    try:
-        completed = subprocess.run(
-            [str(python), str(CLIENT_SCRIPT), server.url, mode],
-            capture_output=True,
-            text=True,
-            timeout=CLIENT_TIMEOUT_S,
-            cwd=REPO,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(
-            f"mcp2 client did not finish within {CLIENT_TIMEOUT_S}s\nstderr:\n{exc.stderr!r}\n"
-            f"server log:\n{server.log()}"
-        )
-    if completed.returncode != 0:
-        pytest.fail(
-            f"mcp2 client exited {completed.returncode}\nstdout:\n{completed.stdout}\nstderr:\n{completed.stderr}\n"
-            f"server log:\n{server.log()}"
-        )
-    observed: dict[str, Any] = json.loads(completed.stdout)
-    return observed
+    return run_json_client(python, CLIENT_SCRIPT, server.url, mode, timeout_s=CLIENT_TIMEOUT_S, context=server.log)
 
 
 @pytest.mark.parametrize("mode", ["auto", "2026-07-28"])

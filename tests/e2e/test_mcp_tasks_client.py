@@ -9,10 +9,7 @@ prints what it saw as JSON, and this test checks it.
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +18,8 @@ from typing import Any
 import pytest
 
 from tests.e2e.task_client_tools import CANCELLED_LINE
-from tests.support.processes import REPO, ServerProcess, running_server
+from tests.support.clients import mcp2_python, run_json_client
+from tests.support.processes import ServerProcess, running_server
 
 pytestmark = pytest.mark.e2e
 
@@ -33,20 +31,6 @@ ISO_Z = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z$")
 TASK_KEYS = {"resultType", "taskId", "status", "statusMessage", "createdAt", "lastUpdatedAt", "ttlMs", "pollIntervalMs"}
 
 
-def mcp2_python() -> Path:
-    """The mcp 2.3.0 interpreter. Missing means a broken setup, so the test fails (never skips)."""
-    configured = os.environ.get("EXT_TASKS_MCP2_PYTHON")
-    python = Path(configured) if configured else REPO / ".venvs" / "mcp2" / "bin" / "python"
-    if not python.exists():
-        pytest.fail(
-            f"the mcp==2.3.0 interpreter {python} does not exist. Run the README's test command, "
-            "`bash scripts/test.sh` (it creates .venvs/mcp2 with mcp==2.3.0), or point "
-            "EXT_TASKS_MCP2_PYTHON at a Python that has mcp==2.3.0 installed.",
-            pytrace=False,
-        )
-    return python
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     env = {"EXT_TASKS_POLL_INTERVAL_MS": str(POLL_INTERVAL_MS), "EXT_TASKS_TASK_TTL_MS": str(TTL_MS)}
@@ -56,28 +40,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 @pytest.fixture(scope="module")
 def observed(server: ServerProcess) -> dict[str, Any]:
-    python = mcp2_python()
-    try:
-        completed = subprocess.run(
-            [str(python), str(CLIENT_SCRIPT), server.url],
-            capture_output=True,
-            text=True,
-            timeout=CLIENT_TIMEOUT_S,
-            cwd=REPO,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(
-            f"mcp2 tasks client did not finish within {CLIENT_TIMEOUT_S}s\nstderr:\n{exc.stderr!r}\n"
-            f"server log:\n{server.log()}"
-        )
-    if completed.returncode != 0:
-        pytest.fail(
-            f"mcp2 tasks client exited {completed.returncode}\nstdout:\n{completed.stdout}\n"
-            f"stderr:\n{completed.stderr}\nserver log:\n{server.log()}"
-        )
-    summary: dict[str, Any] = json.loads(completed.stdout)
-    return summary
+    return run_json_client(mcp2_python(), CLIENT_SCRIPT, server.url, timeout_s=CLIENT_TIMEOUT_S, context=server.log)
 
 
 def assert_create_task_result(created: dict[str, Any]) -> None:
