@@ -21,11 +21,13 @@ _decoder = msgspec.json.Decoder()
 
 
 def classify(headers: Mapping[str, Sequence[str]], body: bytes) -> Era:
-    if headers.get("mcp-session-id"):
-        return "legacy"
     version = (headers.get("mcp-protocol-version") or [""])[0].strip()
     if version in MODERN_VERSIONS:
-        return "modern"  # the fast path: every modern client sends the header
+        # The fast path: every modern client sends the header. A stray Mcp-Session-Id on a modern request
+        # is ignored, as the 2026-07-28 transport says.
+        return "modern"
+    if headers.get("mcp-session-id"):
+        return "legacy"
     try:
         message = _decoder.decode(body)
     except (msgspec.DecodeError, RecursionError):
