@@ -322,7 +322,7 @@ class LegacyShim:
                 call = replace(call, params=params)
                 continue
             if kind == "task":
-                await self.sessions.index_task(session.task_scope, str(result["taskId"]), _now_ms())
+                await self._register_task(session, str(result["taskId"]))
                 yield result_message(request.id, legacy_create_task_result(result))
                 return
             if request.method == "tools/call" and isinstance(request.params.get("task"), dict):
@@ -349,8 +349,13 @@ class LegacyShim:
             "scope": session.task_scope,
         }
         await self.sessions.save_task(created, ttl)
-        await self.sessions.index_task(session.task_scope, created["taskId"], _now_ms())
+        await self._register_task(session, created["taskId"])
         return created
+
+    async def _register_task(self, session: LegacySession, task_id: str) -> None:
+        """List the task for ``tasks/list`` and tell the session's GET stream to follow it."""
+        await self.sessions.index_task(session.task_scope, task_id, _now_ms())
+        await self.sessions.publish(session.session_id, {"kind": "watch", "taskId": task_id})
 
     async def _ask_client(
         self, session: LegacySession, requests: Mapping[str, Any], task_id: str | None, answers: dict[str, Any]
@@ -504,15 +509,65 @@ class LegacyShim:
     # --- the GET stream ---------------------------------------------------------------------------
 
     async def _session_stream(self, session: LegacySession, caller: Caller) -> AsyncIterator[Message | None]:
+        """Messages published to the session, and ``notifications/tasks/status`` for its tasks.
+
+        Task changes come from a modern ``subscriptions/listen`` on the session's tasks (so they reach
+        this stream whichever instance runs the task); when the session creates a task, the new id is
+        announced on the session bus and the subscription is renewed to include it.
+        """
         async with self.sessions.subscribe(session.session_id) as inbox:
-            while True:
-                try:
-                    published = await asyncio.wait_for(inbox.get(), timeout=self.options.keepalive_s)
-                except TimeoutError:
-                    yield None
-                    continue
-                if published.get("kind") == "notification":
-                    yield published["message"]
+            changes: asyncio.Queue[Message] = asyncio.Queue()
+            watched = set(await self.sessions.list_tasks(session.task_scope, 0, 1_000))
+            watch = self._watch_tasks(session, caller, watched, changes)
+            try:
+                yield None  # an SSE comment at once: the stream is open and its bus subscription live
+                while True:
+                    message = await self._next_for_stream(inbox, changes)
+                    if message is None:
+                        yield None  # keep-alive
+                    elif message.get("kind") == "watch":
+                        watched.add(str(message["taskId"]))
+                        watch.cancel()
+                        watch = self._watch_tasks(session, caller, watched, changes)
+                    elif message.get("kind") == "notification":
+                        yield message["message"]
+                    elif message.get("method") == "notifications/tasks":
+                        task = message.get("params") or {}
+                        cancelled = await self.sessions.was_cancelled(str(task.get("taskId")))
+                        legacy = legacy_task(task, cancelled_by_legacy=cancelled)
+                        yield notification_message("notifications/tasks/status", legacy)
+            finally:
+                watch.cancel()
+
+    async def _next_for_stream(self, inbox: asyncio.Queue[Message], changes: asyncio.Queue[Message]) -> Message | None:
+        readers = {asyncio.create_task(inbox.get()), asyncio.create_task(changes.get())}
+        done, pending = await asyncio.wait(
+            readers, timeout=self.options.keepalive_s, return_when=asyncio.FIRST_COMPLETED
+        )
+        for reader in pending:
+            reader.cancel()
+        if not done:
+            return None
+        first = done.pop()
+        for extra in done:  # both arrived at once: keep the other for the next turn
+            await (inbox if extra.result().get("kind") else changes).put(extra.result())
+        return first.result()
+
+    def _watch_tasks(
+        self, session: LegacySession, caller: Caller, task_ids: set[str], out: asyncio.Queue[Message]
+    ) -> asyncio.Task[None]:
+        async def watch() -> None:
+            if not task_ids:
+                return
+            params = {"notifications": {"taskIds": sorted(task_ids)}}
+            with contextlib.suppress(ProtocolError):  # an upstream without task notifications: none to relay
+                async for message in self.upstream.send(
+                    self._modern(session, "subscriptions/listen", params, tasks=True), caller
+                ):
+                    if message.get("method") == "notifications/tasks":
+                        await out.put(message)
+
+        return asyncio.create_task(watch(), name="ext-tasks-legacy-task-watch")
 
 
 async def _reply(request: Request, messages: AsyncIterator[Message]) -> LegacyReply:

@@ -3,6 +3,11 @@ gets only its own style of errors."""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import queue
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -104,3 +109,41 @@ def test_a_legacy_client_waits_for_a_task_result(server: ServerProcess) -> None:
     assert final
     assert "io.modelcontextprotocol/related-task" in final[0]
     wait_for(lambda: modern(server, "tasks/get", {"taskId": task_id})["result"]["status"] == "completed", 5)
+
+
+def test_the_legacy_get_stream_reports_task_status_changes(server: ServerProcess) -> None:
+    legacy = Legacy(server)
+    statuses: queue.Queue[dict[str, Any]] = queue.Queue()
+    stop = threading.Event()
+    opened = threading.Event()
+
+    def read() -> None:
+        with (
+            contextlib.suppress(httpx.TransportError),
+            legacy.client.stream(
+                "GET", legacy.url, headers=legacy.headers, timeout=httpx.Timeout(10.0, read=20.0)
+            ) as stream,
+        ):
+            for line in stream.iter_lines():
+                opened.set()  # the stream's first line comes once its subscription is live
+                if stop.is_set():
+                    return
+                if line.startswith("data:"):
+                    message = json.loads(line[5:])
+                    if message.get("method") == "notifications/tasks/status":
+                        statuses.put(message["params"])
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    assert opened.wait(timeout=10)
+    task_id = legacy.call("tools/call", {"name": "slow_compute", "arguments": {"seconds": 0.5}, "task": {}})["result"][
+        "task"
+    ]["taskId"]
+    seen: list[dict[str, Any]] = []
+    deadline = time.monotonic() + 15
+    while not seen or seen[-1]["status"] != "completed":
+        assert time.monotonic() < deadline, seen
+        seen.append(statuses.get(timeout=15))
+    stop.set()
+    assert {status["taskId"] for status in seen} == {task_id}
+    assert all("ttl" in status and "result" not in status for status in seen)  # legacy Task shape
