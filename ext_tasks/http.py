@@ -26,7 +26,7 @@ from .auth import Authenticator, Unauthenticated
 from .config import LOOPBACK_HOSTS, Settings
 from .engine import JsonReply, RequestHandler, StreamItem, StreamReply
 from .metrics import scrape
-from .protocol.errors import BodyTooLarge, ForbiddenOrigin, InvalidRequest, ProtocolError
+from .protocol.errors import BodyTooLarge, ForbiddenOrigin, InternalError, InvalidRequest, ProtocolError
 from .protocol.jsonrpc import encode, error_message
 
 JSON: Final = "application/json"
@@ -160,7 +160,16 @@ def create_app(
         on_shutdown=[engine.close, *on_shutdown],
         openapi_config=None,
         logging_config=None,
+        # What Litestar refuses before our handler runs (a malformed Host header, say) still gets a
+        # JSON-RPC error body, like everything else on this endpoint.
+        exception_handlers={HTTPException: _framework_error},
     )
+
+
+def _framework_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[bytes]:
+    status = exc.status_code if 400 <= exc.status_code < 500 else 500
+    error = InvalidRequest(f"Invalid Request: {exc.detail}") if status < 500 else InternalError("Internal error")
+    return Response(content=encode(error_message(None, error)), status_code=status, media_type=JSON)
 
 
 def _operations_routes(ready: Callable[[], Awaitable[None]] | None) -> list[HTTPRouteHandler]:

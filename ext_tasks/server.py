@@ -3,6 +3,7 @@ and the in-process worker, and start/stop them in the right order."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import logging
 import secrets
@@ -15,7 +16,7 @@ from .auth import AnonymousAuthenticator, Authenticator, BearerTokenAuthenticato
 from .config import ConfigError, Settings
 from .engine import Engine, EngineOptions
 from .protocol.resume import ResumeCodec
-from .store.base import TaskStore
+from .store.base import TaskStore, TaskStoreUnavailable
 from .store.memory import MemoryTaskStore
 from .task_methods import TaskMethods, TaskOptions
 from .tools import ToolRegistry
@@ -123,15 +124,37 @@ class Runtime:
         self.worker = build_worker(registry, settings, self.store) if settings.run_workers else None
         self.shim: LegacyShim | None = None
         self._sessions: SessionStore | None = None
+        self._opening: asyncio.Task[None] | None = None
         if self.engine is not None and settings.legacy:
             self.shim, self._sessions = build_shim(self.engine, settings)
 
     async def start(self) -> None:
-        await self.store.open()
+        try:
+            await self.store.open()
+        except TaskStoreUnavailable:
+            # Serve anyway (readiness says "unavailable", store-backed requests answer 503) and keep
+            # trying, so an instance started before its Valkey recovers by itself.
+            logger.warning("task store unavailable at start; retrying in the background")
+            self._opening = asyncio.create_task(self._open_when_possible())
+            return
         if self.worker is not None:
             await self.worker.start()
 
+    async def _open_when_possible(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            try:
+                await self.store.open()
+            except TaskStoreUnavailable:
+                continue
+            logger.info("task store available")
+            if self.worker is not None:
+                await self.worker.start()
+            return
+
     async def stop(self) -> None:
+        if self._opening is not None:
+            self._opening.cancel()
         if self.engine is not None:
             self.engine.close()
         if self.worker is not None:

@@ -130,6 +130,10 @@ class Worker:
                 self._spawn(run)
 
     def _spawn(self, run: Run) -> None:
+        if run.task_id in self._running:
+            # Our own run, handed back to us by a reclaim while it still runs here (a heartbeat was
+            # late): the running execution goes on and acknowledges it; a second one would only race it.
+            return
         task = asyncio.create_task(self._execute_and_ack(run), name=f"ext-tasks-run-{run.task_id}")
         self._running[run.task_id] = (run, task)
         task.add_done_callback(lambda _: self._running.pop(run.task_id, None))

@@ -17,7 +17,7 @@ import pytest
 from ext_tasks.protocol.resume import generate_key
 from tests.support.cluster import Cluster, running_cluster, wait_for
 from tests.support.mcp_http import modern_request, post
-from tests.support.processes import ServerProcess, running_server
+from tests.support.processes import ServerProcess, free_port, running_server
 from tests.support.valkey import running_valkey, start_valkey
 
 pytestmark = pytest.mark.e2e
@@ -220,3 +220,26 @@ def test_sigterm_ends_listen_streams_with_their_final_result(tmp_path: Path) -> 
         server.process.wait(timeout=15)
         listener.close()
     assert time.monotonic() - started < 5  # not cut at hypercorn's graceful timeout
+
+
+def test_an_instance_started_before_its_valkey_recovers_by_itself(tmp_path: Path) -> None:
+    port = free_port()
+    env = {"EXT_TASKS_VALKEY_URL": f"valkey://127.0.0.1:{port}/0", "EXT_TASKS_STATE_KEYS": generate_key()}
+    with running_server(tmp_path, tools=TOOLS, env=env) as server:
+        base = server.url.removesuffix("/mcp")
+        assert httpx.get(f"{base}/healthz", timeout=5).status_code == 200
+        assert httpx.get(f"{base}/readyz", timeout=5).status_code == 503
+        refused = call(server.url, "tools/call", {"name": "quick", "arguments": {}})
+        assert refused["error"]["message"] == "Task store unavailable; retry later"
+        valkey = start_valkey(tmp_path / "valkey", port=port)
+        try:
+            wait_for(lambda: httpx.get(f"{base}/readyz", timeout=5).status_code == 200, 15, message="ready")
+            task_id = call(server.url, "tools/call", {"name": "quick", "arguments": {}})["result"]["taskId"]
+            wait_for(
+                lambda: call(server.url, "tasks/get", {"taskId": task_id})["result"]["status"] == "completed",
+                15,
+                message="the task to run once the store is there",
+            )
+        finally:
+            valkey.process.kill()
+            valkey.process.wait(timeout=10)

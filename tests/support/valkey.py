@@ -7,7 +7,7 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,7 +52,11 @@ def _wait_for_port(port: int, process: subprocess.Popen[bytes], timeout_s: float
     raise TimeoutError("valkey-server did not start")
 
 
-def start_valkey(directory: Path, *, port: int | None = None, appendonly: bool = False) -> ValkeyServer:
+def start_valkey(
+    directory: Path, *, port: int | None = None, appendonly: bool = False, extra_args: Sequence[str] = ()
+) -> ValkeyServer:
+    """valkey-server on ``port`` (a free one by default) with its files in ``directory``; ``extra_args``
+    are appended to its command line (e.g. ``("--appendfsync", "always")``)."""
     directory.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
     process = subprocess.Popen(
@@ -68,6 +72,7 @@ def start_valkey(directory: Path, *, port: int | None = None, appendonly: bool =
             "yes" if appendonly else "no",
             "--dir",
             str(directory),
+            *extra_args,
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -81,8 +86,10 @@ def start_valkey(directory: Path, *, port: int | None = None, appendonly: bool =
 
 
 @contextlib.contextmanager
-def running_valkey(directory: Path, *, appendonly: bool = False) -> Iterator[ValkeyServer]:
-    server = start_valkey(directory, appendonly=appendonly)
+def running_valkey(
+    directory: Path, *, appendonly: bool = False, extra_args: Sequence[str] = ()
+) -> Iterator[ValkeyServer]:
+    server = start_valkey(directory, appendonly=appendonly, extra_args=extra_args)
     try:
         yield server
     finally:
