@@ -39,6 +39,7 @@ class Settings:
     tokens: Mapping[str, str] = field(default_factory=dict, repr=False)
     log_level: str = "info"
     log_format: str = "json"
+    server: str = "hypercorn"
     valkey_url: str | None = field(default=None, repr=False)  # may carry a password
     valkey_prefix: str = "ext-tasks"
     run_workers: bool = True
@@ -84,11 +85,17 @@ class Settings:
             )
         return self._validate_limits()
 
-    def _validate_limits(self) -> Settings:
-        if self.max_active_tasks < 0:
-            raise ConfigError("EXT_TASKS_MAX_ACTIVE_TASKS must not be negative (0: no cap)")
+    def _validate_choices(self) -> Settings:
+        if self.server not in ("hypercorn", "granian"):
+            raise ConfigError("EXT_TASKS_SERVER must be hypercorn or granian")
         if self.log_format not in ("json", "text"):
             raise ConfigError("EXT_TASKS_LOG_FORMAT must be json or text")
+        return self
+
+    def _validate_limits(self) -> Settings:
+        self._validate_choices()
+        if self.max_active_tasks < 0:
+            raise ConfigError("EXT_TASKS_MAX_ACTIVE_TASKS must not be negative (0: no cap)")
         if self.state_ttl_s <= 0:
             raise ConfigError("EXT_TASKS_STATE_TTL_S must be positive")
         if self.max_body_bytes < 1024:
@@ -191,6 +198,7 @@ def settings_from_env(env: Mapping[str, str] | None = None) -> Settings:
         tokens=_tokens(env),
         log_level=env.get("EXT_TASKS_LOG_LEVEL", defaults.log_level),
         log_format=env.get("EXT_TASKS_LOG_FORMAT", defaults.log_format),
+        server=env.get("EXT_TASKS_SERVER", defaults.server),
         valkey_url=env.get("EXT_TASKS_VALKEY_URL") or None,
         valkey_prefix=env.get("EXT_TASKS_VALKEY_PREFIX", defaults.valkey_prefix),
         run_workers=not _flag(env, "EXT_TASKS_NO_WORKERS"),
