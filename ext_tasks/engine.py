@@ -20,7 +20,7 @@ from typing import Any, Final, Protocol
 from .auth import Principal
 from .context import Emit
 from .methods import CacheOptions, Call, CoreMethods
-from .metrics import REQUEST_SECONDS, REQUESTS, method_label
+from .metrics import method_label, observe_request
 from .notify import ChangeEvent, ChangeHub
 from .protocol.envelope import Envelope, Headers, check_envelope
 from .protocol.errors import InternalError, InvalidRequest, MethodNotFound, ProtocolError
@@ -126,10 +126,9 @@ class Engine:
     async def _handle_request(self, request: Request, headers: Headers, principal: Principal) -> Reply:
         started = time.perf_counter()
         reply = await self._dispatch(request, headers, principal)
-        method = method_label(request.method)
-        REQUEST_SECONDS.labels(method).observe(time.perf_counter() - started)
         error = reply.message.get("error") if isinstance(reply, JsonReply) and reply.message else None
-        REQUESTS.labels(method, "ok" if error is None else str(error.get("code"))).inc()
+        outcome = "ok" if error is None else str(error.get("code"))
+        observe_request(method_label(request.method), outcome, time.perf_counter() - started)
         return reply
 
     async def _dispatch(self, request: Request, headers: Headers, principal: Principal) -> Reply:

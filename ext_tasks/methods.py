@@ -19,7 +19,6 @@ from .protocol.resume import ResumeCodec
 from .protocol.tasks import EXTENSION_ID, META_TTL_HINT
 from .protocol.versions import MODERN_VERSIONS
 from .protocol.wire import (
-    CallToolParams,
     CompleteParams,
     GetPromptParams,
     ListParams,
@@ -124,11 +123,10 @@ class CoreMethods:
     # --- the three methods that may ask for input --------------------------------------------------
 
     async def call_tool(self, call: Call) -> Result:
-        params = validate_params(CallToolParams, call.request.params)
-        tool = self.registry.tools.get(params.name)
+        name, arguments = _call_target(call.request.params)
+        tool = self.registry.tools.get(name)
         if tool is None:
-            raise InvalidParams(f"Unknown tool: {params.name}")
-        arguments = params.arguments or {}
+            raise InvalidParams(f"Unknown tool: {name}")
         # A task is created only for a request that itself declares the extension; a stray legacy
         # `params.task` means nothing here (protocol.md §3.2-3.3).
         declares = declares_tasks(call.envelope)
@@ -150,7 +148,7 @@ class CoreMethods:
                 tool, arguments, call.envelope, call.principal, answers=answers, state=state, ttl_hint_ms=hint
             )
 
-        return await self._round(call, "tools/call", params.name, arguments, body, start_task if as_task else None)
+        return await self._round(call, "tools/call", name, arguments, body, start_task if as_task else None)
 
     async def get_prompt(self, call: Call) -> Result:
         params = validate_params(GetPromptParams, call.request.params)
@@ -246,6 +244,20 @@ async def _call_or_internal(awaitable: Awaitable[Any], what: str) -> Any:
     except Exception:
         logger.exception("%s raised", what)
         raise InternalError(f"Internal error in {what}") from None
+
+
+def _call_target(params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """``name`` and ``arguments`` of ``tools/call``, checked by hand: this is the hottest path, and the
+    two fields are all it needs (``inputResponses`` and ``requestState`` are checked by the MRTR driver)."""
+    name = params.get("name")
+    if not isinstance(name, str):
+        raise InvalidParams("Invalid params: name must be a string")
+    arguments = params.get("arguments")
+    if arguments is None:
+        return name, {}
+    if not isinstance(arguments, dict):
+        raise InvalidParams("Invalid params: arguments must be an object")
+    return name, arguments
 
 
 def _ttl_hint(params: dict[str, Any]) -> int | None:

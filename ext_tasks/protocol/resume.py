@@ -85,6 +85,10 @@ _claims_decoder = msgspec.json.Decoder(_Claims)
 _canonical_encoder = msgspec.json.Encoder(order="sorted")
 
 
+def _digest(canonical: bytes) -> str:
+    return _b64encode(hashlib.sha256(canonical).digest()[:16])
+
+
 @dataclass(frozen=True, slots=True)
 class Binding:
     """What a state is bound to: the request it belongs to and who made it."""
@@ -107,8 +111,9 @@ class ResumeClaims:
 
 def digest_arguments(arguments: Mapping[str, Any] | None) -> str:
     """A short digest of the canonical JSON of ``arguments`` (key order does not matter)."""
-    canonical = _canonical_encoder.encode(arguments or {})
-    return _b64encode(hashlib.sha256(canonical).digest()[:16])
+    if not arguments:
+        return _EMPTY_ARGUMENTS_DIGEST
+    return _digest(_canonical_encoder.encode(arguments))
 
 
 class _HmacSha256(SigningAlgorithm):
@@ -284,6 +289,9 @@ class ResumeCodec:
 
 def _b64encode(raw: bytes) -> str:
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+_EMPTY_ARGUMENTS_DIGEST: Final = _digest(b"{}")
 
 
 def _b64decode(text: str) -> bytes:
