@@ -18,8 +18,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from pydantic import Field
-
 from .auth import Principal
 from .lifecycle import task_event
 from .protocol.envelope import Envelope
@@ -36,7 +34,7 @@ from .protocol.tasks import (
     poll_interval,
     task_wire,
 )
-from .protocol.wire import WireModel, parse_input_responses, validate_params
+from .protocol.wire import parse_input_responses
 from .store.base import ActiveLimit, ExistingTask, Expired, IdempotencyClaim, TaskStore, TooManyActiveTasks
 from .tools import Tool
 
@@ -78,8 +76,7 @@ class TaskOptions:
 META_TASK_POLICY: Final = "dev.ext-tasks/taskPolicy"
 
 
-class _TaskIdParams(WireModel):
-    task_id: str = Field(min_length=1, max_length=256)
+_MAX_TASK_ID_CHARS: Final = 256
 
 
 def declares_tasks(envelope: Envelope) -> bool:
@@ -194,7 +191,9 @@ class TaskMethods:
 
     async def _find(self, params: Mapping[str, Any], envelope: Envelope, principal: Principal) -> TaskRecord:
         require_tasks_extension(envelope)
-        task_id = validate_params(_TaskIdParams, dict(params)).task_id
+        task_id = params.get("taskId")
+        if not isinstance(task_id, str) or not 0 < len(task_id) <= _MAX_TASK_ID_CHARS:
+            raise InvalidParams(f"Invalid params: taskId must be a string of 1 to {_MAX_TASK_ID_CHARS} characters")
         found = await self.store.lookup(task_id)
         if isinstance(found, TaskRecord) and found.owner == principal.id:
             return found

@@ -53,5 +53,6 @@ export EXT_TASKS_FASTMCP4_PYTHON="$PWD/.venvs/fastmcp4/bin/python"
 export EXT_TASKS_CONFORMANCE_PKG="$CONFORMANCE_PKG"
 .venv/bin/python -m pytest "$@"
 
-step "benchmark smoke run"
+step "benchmark smoke runs (seconds, no thresholds: they keep the suite from rotting)"
 .venv/bin/python -m bench.state_codec --smoke
+.venv/bin/python -m bench --smoke --out "$(mktemp -d)"
