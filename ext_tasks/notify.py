@@ -64,8 +64,8 @@ class ChangeHub:
                 self._consumer = None
 
     async def _consume_task_events(self) -> None:
-        if self._consumer is not None or self._task_events is None:
-            return
+        if self._task_events is None or (self._consumer is not None and not self._consumer.done()):
+            return  # (a consumer that died, say with the store unreachable, is started again)
         events = self._task_events()
         ready = asyncio.Event()
 

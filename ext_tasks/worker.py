@@ -75,6 +75,8 @@ class Worker:
         self.options = options or WorkerOptions()
         self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}-{id(self):x}"
         self._clock_ms = clock_ms
+        #: Runs executing here, by delivery id (one task may briefly have two: a finishing run that is
+        #: still acknowledging, and the next run that an answer queued).
         self._running: dict[str, tuple[Run, asyncio.Task[None]]] = {}
         self._loops: list[asyncio.Task[None]] = []
         self._stopping = asyncio.Event()
@@ -130,13 +132,13 @@ class Worker:
                 self._spawn(run)
 
     def _spawn(self, run: Run) -> None:
-        if run.task_id in self._running:
+        if run.delivery in self._running:
             # Our own run, handed back to us by a reclaim while it still runs here (a heartbeat was
             # late): the running execution goes on and acknowledges it; a second one would only race it.
             return
         task = asyncio.create_task(self._execute_and_ack(run), name=f"ext-tasks-run-{run.task_id}")
-        self._running[run.task_id] = (run, task)
-        task.add_done_callback(lambda _: self._running.pop(run.task_id, None))
+        self._running[run.delivery] = (run, task)
+        task.add_done_callback(lambda _: self._running.pop(run.delivery, None))
 
     async def _heartbeats(self) -> None:
         while True:
@@ -150,9 +152,9 @@ class Worker:
         while True:
             try:
                 async for task_id in self.store.cancellations():
-                    entry = self._running.get(task_id)
-                    if entry is not None:
-                        entry[1].cancel()
+                    for run, execution in list(self._running.values()):
+                        if run.task_id == task_id:
+                            execution.cancel()
             except TaskStoreUnavailable:
                 await asyncio.sleep(1.0)
 
