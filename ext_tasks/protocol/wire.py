@@ -32,11 +32,6 @@ class MrtrParams(WireModel):
     request_state: str | None = None
 
 
-class CallToolParams(MrtrParams):
-    name: str
-    arguments: dict[str, Any] | None = None
-
-
 class GetPromptParams(MrtrParams):
     name: str
     arguments: dict[str, str] | None = None

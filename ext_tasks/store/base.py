@@ -12,7 +12,7 @@ Guarantees every implementation gives (the contract tests in ``tests/contract`` 
   that needs a run without one.
 * Every create and successful commit is announced (``task_events``) in the same atomic step, so
   listeners on any instance see each transition once and in order.
-* Records disappear when their TTL lapses; ``lookup`` then answers :data:`EXPIRED` (for a while) rather
+* Records disappear when their TTL lapses; ``lookup`` then answers :class:`Expired` (for a while) rather
   than ``None``, so clients are told "expired" instead of "not found".
 * Runs are delivered at least once: a run taken by a worker that stops heartbeating is handed to
   another worker by ``reclaim`` once it has been idle longer than the lease.
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Any, Protocol
 
 from ..protocol.errors import InternalError
 from ..protocol.tasks import TaskRecord
@@ -35,9 +35,6 @@ class Expired:
 
     def __init__(self, owner: str) -> None:
         self.owner = owner
-
-
-EXPIRED: Final = Expired
 
 
 class TaskStoreUnavailable(InternalError):
