@@ -24,7 +24,7 @@ import os
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from .auth import Principal
 from .context import Context, InputRequired, missing_capabilities
@@ -208,9 +208,7 @@ class Worker:
 
         async def set_status(message: str) -> None:
             current = holder.record
-            updated = replace(
-                current, status_message=message, version=current.version + 1, updated_at_ms=self._clock_ms()
-            )
+            updated = transition(current, TaskEvent.PROGRESSED, self._clock_ms(), status_message=message)
             if await self.store.commit(updated, expect_version=current.version):
                 holder.record = updated
 
