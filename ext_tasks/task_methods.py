@@ -28,6 +28,7 @@ from .protocol.tasks import (
     EXTENSION_ID,
     TaskRecord,
     answers_merged,
+    attempts_meta,
     cancelled,
     delivered,
     detailed_task_wire,
@@ -223,7 +224,7 @@ class TaskMethods:
                 record = shrunk
             else:
                 record = await self._find(params, envelope, principal)
-        return {"resultType": "complete", **detailed_task_wire(record, now)}
+        return {"resultType": "complete", **detailed_task_wire(record, now), "_meta": attempts_meta(record)}
 
     async def update(self, params: Mapping[str, Any], envelope: Envelope, principal: Principal) -> Result:
         record = await self._find(params, envelope, principal)

@@ -21,6 +21,9 @@ EXTENSION_ID = "io.modelcontextprotocol/tasks"
 #: This project's ``_meta`` key carrying a client's lifetime hint (the 2025-11-25 ``params.task.ttl``,
 #: forwarded by the migration shim); the server caps it by its maximum.
 META_TTL_HINT = "dev.ext-tasks/ttlHintMs"
+#: How many times a task's function was started (``tasks/get`` ``_meta``): runs are at least once, and
+#: a run taken over after a crash says so here.
+META_RUN_ATTEMPTS = "dev.ext-tasks/runAttempts"
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +193,10 @@ def detailed_task_wire(record: TaskRecord, now_ms: int | None = None) -> dict[st
     elif record.status is TaskStatus.FAILED and record.error is not None:
         wire["error"] = record.error
     return wire
+
+
+def attempts_meta(record: TaskRecord) -> dict[str, Any]:
+    return {META_RUN_ATTEMPTS: record.attempts}
 
 
 def task_event(record: TaskRecord) -> dict[str, Any]:

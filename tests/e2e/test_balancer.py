@@ -325,6 +325,12 @@ def test_sigkill_of_an_instance_running_tasks_loses_none(tmp_path: Path, api: Ta
         # Whatever was not finished at the kill (running on the victim, elsewhere, or queued) finished on a survivor.
         wrong = {task_id: finished_by[task_id] for task_id in in_flight if finished_by[task_id] not in survivor_pids}
         assert wrong == {}, f"in-flight tasks finished by a pid other than the survivors {survivor_pids}: {wrong}"
+        # Run twice only where the attempt count says so: exactly the runs the killed instance held.
+        attempts = {task_id: final[task_id]["_meta"]["dev.ext-tasks/runAttempts"] for task_id in task_ids}
+        twice = {task_id for task_id, count in attempts.items() if count > 1}
+        print(f"tasks run twice (attempt count 2): {len(twice)}; on the killed instance: {len(on_victim)}")
+        assert on_victim <= twice, "a run lost with the killed instance was redone without counting it"
+        assert set(attempts.values()) <= {1, 2}, attempts
 
 
 # --- e. ext-tasks worker alone runs the tasks of a server without workers -----------------------------
