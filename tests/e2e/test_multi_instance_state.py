@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.support.cluster import keygen
 from tests.support.mcp_http import post
 from tests.support.processes import REPO, ServerProcess, free_port, running_server
 from tests.support.valkey import running_valkey
@@ -27,20 +28,6 @@ TOOLS = "tests.e2e.mrtr_tools"
 CAPABILITIES: dict[str, Any] = {"elicitation": {"form": {}}}
 INVALID_STATE = "Invalid or expired requestState"
 CLI_TIMEOUT_S = 30
-
-
-def keygen() -> str:
-    completed = subprocess.run(
-        [sys.executable, "-m", "ext_tasks", "keygen"],
-        capture_output=True,
-        text=True,
-        timeout=CLI_TIMEOUT_S,
-        cwd=REPO,
-        check=True,
-    )
-    key = completed.stdout.strip()
-    assert key, completed.stderr
-    return key
 
 
 @pytest.fixture
