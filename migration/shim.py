@@ -18,11 +18,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import secrets
-import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
 from typing import Any, Final
 
 from ext_tasks.protocol.envelope import LOG_LEVELS
@@ -42,22 +39,23 @@ from ext_tasks.protocol.jsonrpc import (
     notification_message,
     result_message,
 )
-from ext_tasks.protocol.resume import Binding, ResumeCodec
-from ext_tasks.protocol.tasks import EXTENSION_ID, META_TTL_HINT
+from ext_tasks.protocol.resume import ResumeCodec
+from ext_tasks.protocol.tasks import META_TTL_HINT
 
+from .legacy_tasks import LegacyTasks, Relay
 from .sessions import LegacySession, SessionStore, new_session_id
 from .translate import (
-    TERMINAL,
-    answer_from_legacy_response,
     legacy_create_task_result,
-    legacy_input_request,
+    legacy_error,
+    legacy_notification,
     legacy_result,
     legacy_server_capabilities,
     legacy_task,
     legacy_tools,
     modern_capabilities,
     negotiate_version,
-    task_outcome,
+    required_string,
+    result_of,
 )
 from .upstream import Caller, ModernCall, ModernUpstream
 
@@ -68,11 +66,6 @@ _PASSTHROUGH: Final = frozenset(
     {"tools/list", "prompts/list", "resources/list", "resources/templates/list", "completion/complete"}
 )
 _WITH_INPUT: Final = frozenset({"tools/call", "prompts/get", "resources/read"})
-_LIST_PAGE: Final = 50
-#: Ids of tasks the shim made itself from inline answers; they live in the session store. (A random
-#: engine id starting with these 12 characters has a chance of 64**-12.)
-_SHIM_TASK_PREFIX: Final = "shim-inline-"
-_SHIM_TASK_TTL_MS: Final = 3_600_000
 
 
 class SessionRequired(InvalidRequest):
@@ -108,8 +101,8 @@ class LegacyShim:
     ) -> None:
         self.upstream = upstream
         self.sessions = sessions
-        self.codec = codec
         self.options = options
+        self.tasks = LegacyTasks(sessions, codec, self._modern, self._final)
         self._handlers: dict[str, Callable[[Request, LegacySession, Caller], AsyncIterator[Message]]] = {
             "ping": self._ping,
             "logging/setLevel": self._set_level,
@@ -118,10 +111,10 @@ class LegacyShim:
             "tools/call": self._call_tool,
             "prompts/get": self._with_input,
             "resources/read": self._with_input,
-            "tasks/get": self._tasks_get,
-            "tasks/result": self._tasks_result,
-            "tasks/list": self._tasks_list,
-            "tasks/cancel": self._tasks_cancel,
+            "tasks/get": self.tasks.get,
+            "tasks/result": self.tasks.result,
+            "tasks/list": self.tasks.list,
+            "tasks/cancel": self.tasks.cancel,
             **dict.fromkeys(_PASSTHROUGH, self._passthrough),
         }
 
@@ -247,14 +240,14 @@ class LegacyShim:
         yield result_message(request.id, {})
 
     async def _subscribe(self, request: Request, session: LegacySession, caller: Caller) -> AsyncIterator[Message]:
-        uri = _required_string(request.params, "uri")
+        uri = required_string(request.params, "uri")
         if uri not in session.subscriptions:
             session.subscriptions.append(uri)
             await self.sessions.save(session)
         yield result_message(request.id, {})
 
     async def _unsubscribe(self, request: Request, session: LegacySession, caller: Caller) -> AsyncIterator[Message]:
-        uri = _required_string(request.params, "uri")
+        uri = required_string(request.params, "uri")
         if uri in session.subscriptions:
             session.subscriptions.remove(uri)
             await self.sessions.save(session)
@@ -262,7 +255,7 @@ class LegacyShim:
 
     async def _passthrough(self, request: Request, session: LegacySession, caller: Caller) -> AsyncIterator[Message]:
         final = await self._final(self._modern(session, request.method, request.params, tasks=False), caller)
-        result = legacy_result(_result_of(final))
+        result = legacy_result(result_of(final))
         if request.method == "tools/list":
             result["tools"] = legacy_tools(result.get("tools", []), await self.upstream.task_support(caller))
         yield result_message(request.id, result)
@@ -279,7 +272,7 @@ class LegacyShim:
     # --- calls that may ask for input -------------------------------------------------------------
 
     async def _call_tool(self, request: Request, session: LegacySession, caller: Caller) -> AsyncIterator[Message]:
-        name = _required_string(request.params, "name")
+        name = required_string(request.params, "name")
         augmented = isinstance(request.params.get("task"), dict)
         policy = (await self.upstream.task_support(caller)).get(name)
         if augmented and policy == "forbidden":
@@ -304,11 +297,11 @@ class LegacyShim:
                 if "result" in message or "error" in message:
                     final = message
                 else:
-                    yield _legacy_notification(message)
+                    yield legacy_notification(message)
             if final is None:
                 raise InternalError("Internal error: the upstream server sent no response")
             if "error" in final:
-                yield error_message(request.id, _legacy_error(final["error"]))
+                yield error_message(request.id, legacy_error(final["error"]))
                 return
             result = final["result"]
             kind = result.get("resultType")
@@ -322,189 +315,39 @@ class LegacyShim:
                 call = replace(call, params=params)
                 continue
             if kind == "task":
-                await self._register_task(session, str(result["taskId"]))
+                await self.tasks.register(session, str(result["taskId"]))
                 yield result_message(request.id, legacy_create_task_result(result))
                 return
             if request.method == "tools/call" and isinstance(request.params.get("task"), dict):
                 # The client asked for a task, but the upstream answered inline (it may: task creation is
                 # server-directed). A 2025-11-25 client can only take a CreateTaskResult here, so the
                 # answer becomes a task of the shim's own, already completed.
-                created = await self._inline_as_task(session, request.params, result)
+                created = await self.tasks.inline_as_task(session, request.params, result)
                 yield result_message(request.id, legacy_create_task_result(created))
                 return
             yield result_message(request.id, legacy_result(result))
             return
-
-    async def _inline_as_task(self, session: LegacySession, params: Mapping[str, Any], result: Message) -> Message:
-        now = _iso_now()
-        hint = (params.get("task") or {}).get("ttl")
-        ttl: int = hint if isinstance(hint, int) and not isinstance(hint, bool) and hint > 0 else _SHIM_TASK_TTL_MS
-        created: Message = {
-            "taskId": f"{_SHIM_TASK_PREFIX}{secrets.token_urlsafe(18)}",
-            "status": "completed",
-            "createdAt": now,
-            "lastUpdatedAt": now,
-            "ttlMs": ttl,
-            "result": {key: value for key, value in result.items() if key != "resultType"},
-            "scope": session.task_scope,
-        }
-        await self.sessions.save_task(created, ttl)
-        await self._register_task(session, created["taskId"])
-        return created
-
-    async def _register_task(self, session: LegacySession, task_id: str) -> None:
-        """List the task for ``tasks/list`` and tell the session's GET stream to follow it."""
-        await self.sessions.index_task(session.task_scope, task_id, _now_ms())
-        await self.sessions.publish(session.session_id, {"kind": "watch", "taskId": task_id})
 
     async def _ask_client(
         self, session: LegacySession, requests: Mapping[str, Any], task_id: str | None, answers: dict[str, Any]
     ) -> AsyncIterator[Message]:
         """Send each request to the client and collect every answer into ``answers``."""
         async with self.sessions.subscribe(session.session_id) as inbox:
-            pending: dict[str, tuple[str, str]] = {}
+            relay = Relay()
             for key, entry in requests.items():
-                method, params = legacy_input_request(entry, key, task_id)
-                request_id = f"srv-{secrets.token_urlsafe(9)}"
-                pending[request_id] = (key, method)
-                yield {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
-            await self._collect(inbox, pending, answers)
-
-    async def _collect(
-        self, inbox: asyncio.Queue[Message], pending: dict[str, tuple[str, str]], answers: dict[str, Any]
-    ) -> None:
-        try:
-            async with asyncio.timeout(self.options.input_timeout_s):
-                while pending:
-                    published = await inbox.get()
-                    response = published.get("message") or {}
-                    target = pending.pop(str(response.get("id")), None) if published.get("kind") == "response" else None
-                    if target is None:
-                        continue
-                    answer = answer_from_legacy_response(target[1], response)
-                    if answer is None:
-                        raise InvalidRequest(f"The client refused the {target[1]} request")
-                    answers[target[0]] = answer
-        except TimeoutError:
-            raise InternalError("Timed out waiting for the client's answer") from None
-
-    # --- tasks ------------------------------------------------------------------------------------
-
-    async def _task(self, session: LegacySession, task_id: str, caller: Caller) -> Message:
-        if task_id.startswith(_SHIM_TASK_PREFIX):
-            own = await self.sessions.load_task(task_id)
-            if own is None or own.get("scope") != session.task_scope:
-                raise InvalidParams("Failed to retrieve task: Task not found")
-            return {key: value for key, value in own.items() if key != "scope"}
-        final = await self._final(self._modern(session, "tasks/get", {"taskId": task_id}, tasks=True), caller)
-        if "error" in final:
-            raise _as_protocol_error(final["error"])
-        return _result_of(final)
-
-    async def _tasks_get(self, request: Request, session: LegacySession, caller: Caller) -> AsyncIterator[Message]:
-        task_id = _required_string(request.params, "taskId")
-        task = await self._task(session, task_id, caller)
-        cancelled = await self.sessions.was_cancelled(task_id)
-        yield result_message(request.id, legacy_task(task, cancelled_by_legacy=cancelled))
-
-    async def _tasks_result(self, request: Request, session: LegacySession, caller: Caller) -> AsyncIterator[Message]:
-        """Block until the task is terminal, relaying its questions as server→client requests."""
-        task_id = _required_string(request.params, "taskId")
-        relayed: set[str] = set()
-        last_status: str | None = None
-        async with self.sessions.subscribe(session.session_id) as inbox:
-            pending: dict[str, tuple[str, str]] = {}
-            while True:
-                task = await self._task(session, task_id, caller)
-                cancelled = await self.sessions.was_cancelled(task_id)
-                legacy = legacy_task(task, cancelled_by_legacy=cancelled)
-                if legacy["status"] != last_status and last_status is not None:
-                    yield notification_message("notifications/tasks/status", legacy)
-                last_status = legacy["status"]
-                if cancelled or task["status"] in TERMINAL:
-                    kind, payload = task_outcome({**task, "status": "cancelled"} if cancelled else task)
-                    yield (
-                        result_message(request.id, payload)
-                        if kind == "result"
-                        else {
-                            "jsonrpc": "2.0",
-                            "id": request.id,
-                            "error": payload,
-                        }
-                    )
-                    return
-                for key, entry in (task.get("inputRequests") or {}).items():
-                    if key in relayed:
-                        continue
-                    relayed.add(key)
-                    method, params = legacy_input_request(entry, key, task_id)
-                    request_id = f"srv-{secrets.token_urlsafe(9)}"
-                    pending[request_id] = (key, method)
-                    yield {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
-                await self._answer_or_wait(session, task_id, caller, inbox, pending, task.get("pollIntervalMs"))
-
-    async def _answer_or_wait(
-        self,
-        session: LegacySession,
-        task_id: str,
-        caller: Caller,
-        inbox: asyncio.Queue[Message],
-        pending: dict[str, tuple[str, str]],
-        poll_ms: object,
-    ) -> None:
-        """Forward the client's answers as ``tasks/update``, or wait one poll interval."""
-        wait_s = min(max((poll_ms if isinstance(poll_ms, int) else 500) / 1000, 0.05), 2.0)
-        try:
-            published = await asyncio.wait_for(inbox.get(), timeout=wait_s)
-        except TimeoutError:
-            return
-        response = published.get("message") or {}
-        target = pending.pop(str(response.get("id")), None) if published.get("kind") == "response" else None
-        if target is None:
-            return
-        answer = answer_from_legacy_response(target[1], response)
-        if answer is None:
-            await self._final(self._modern(session, "tasks/cancel", {"taskId": task_id}, tasks=True), caller)
-            return
-        update = {"taskId": task_id, "inputResponses": {target[0]: answer}}
-        await self._final(self._modern(session, "tasks/update", update, tasks=True), caller)
-
-    async def _tasks_list(self, request: Request, session: LegacySession, caller: Caller) -> AsyncIterator[Message]:
-        binding = Binding("tasks/list", session.task_scope, "", caller.principal.id)
-        cursor = request.params.get("cursor")
-        offset = 0
-        if cursor is not None:
+                yield relay.request(key, entry, task_id)
             try:
-                offset = int(self.codec.unseal(cursor, binding).state)
-            except (ProtocolError, TypeError, ValueError):
-                raise InvalidParams("Invalid params: invalid cursor") from None
-        ids = await self.sessions.list_tasks(session.task_scope, offset, _LIST_PAGE + 1)
-        tasks = []
-        for task_id in ids[:_LIST_PAGE]:
-            try:
-                task = await self._task(session, task_id, caller)
-            except ProtocolError:
-                continue  # expired since it was listed
-            tasks.append(legacy_task(task, cancelled_by_legacy=await self.sessions.was_cancelled(task_id)))
-        result: Message = {"tasks": tasks}
-        if len(ids) > _LIST_PAGE:
-            result["nextCursor"] = self.codec.seal(binding, state=offset + _LIST_PAGE)
-        yield result_message(request.id, result)
-
-    async def _tasks_cancel(self, request: Request, session: LegacySession, caller: Caller) -> AsyncIterator[Message]:
-        task_id = _required_string(request.params, "taskId")
-        task = await self._task(session, task_id, caller)
-        status = legacy_task(task, cancelled_by_legacy=await self.sessions.was_cancelled(task_id))["status"]
-        if status in TERMINAL:
-            # 2025-11-25: cancelling a terminal task MUST be rejected (the extension acks instead).
-            raise InvalidParams(f"Cannot cancel task: already in terminal status '{status}'")
-        final = await self._final(self._modern(session, "tasks/cancel", {"taskId": task_id}, tasks=True), caller)
-        if "error" in final:
-            raise _as_protocol_error(final["error"])
-        ttl = task.get("ttlMs")
-        await self.sessions.mark_cancelled(task_id, ttl if isinstance(ttl, int) else 86_400_000)
-        cancelled = legacy_task(await self._task(session, task_id, caller), cancelled_by_legacy=True)
-        yield result_message(request.id, cancelled)
+                async with asyncio.timeout(self.options.input_timeout_s):
+                    while relay.pending:
+                        answered = relay.answer(await inbox.get())
+                        if answered is None:
+                            continue
+                        key, method, answer = answered
+                        if answer is None:
+                            raise InvalidRequest(f"The client refused the {method} request")
+                        answers[key] = answer
+            except TimeoutError:
+                raise InternalError("Timed out waiting for the client's answer") from None
 
     # --- the GET stream ---------------------------------------------------------------------------
 
@@ -586,63 +429,3 @@ async def _reply(request: Request, messages: AsyncIterator[Message]) -> LegacyRe
             yield message
 
     return LegacyReply(200, stream=stream())
-
-
-def _required_string(params: Mapping[str, Any], name: str) -> str:
-    value = params.get(name)
-    if not isinstance(value, str) or not value:
-        raise InvalidParams(f"Invalid params: {name} must be a non-empty string")
-    return value
-
-
-def _result_of(final: Message) -> Message:
-    if "error" in final:
-        raise _as_protocol_error(final["error"])
-    result: Message = final["result"]
-    return result
-
-
-def _legacy_notification(message: Message) -> Message:
-    params = dict(message.get("params") or {})
-    meta = params.get("_meta")
-    if isinstance(meta, dict):
-        params["_meta"] = {key: value for key, value in meta.items() if "subscriptionId" not in key}
-        if not params["_meta"]:
-            del params["_meta"]
-    return {**message, "params": params}
-
-
-def _legacy_error(error: Mapping[str, Any]) -> ProtocolError:
-    """A modern error as the legacy era says it (no -320xx codes a 2025-11-25 client does not know)."""
-    required = (error.get("data") or {}).get("requiredCapabilities") if isinstance(error.get("data"), dict) else None
-    if error.get("code") == -32021 and isinstance(required, dict):
-        if EXTENSION_ID in (required.get("extensions") or {}):
-            # 2025-11-25, tools section: a task-required tool called without augmentation gets -32601.
-            return MethodNotFound("Task augmentation required for tools/call requests")
-        return InvalidRequest(f"The client did not declare a capability this request needs: {', '.join(required)}")
-    return _as_protocol_error(error)
-
-
-class RelayedError(ProtocolError):
-    """An error the upstream answered, passed on with its own code."""
-
-    def __init__(self, error: Mapping[str, Any]) -> None:
-        data = error.get("data")
-        super().__init__(str(error.get("message", "Error")), data=data if isinstance(data, dict) else None)
-        code = error.get("code")
-        self.relayed_code = code if isinstance(code, int) and not isinstance(code, bool) else -32603
-
-    def to_error(self) -> dict[str, Any]:
-        return {**super().to_error(), "code": self.relayed_code}
-
-
-def _as_protocol_error(error: Mapping[str, Any]) -> ProtocolError:
-    return RelayedError(error)
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-def _iso_now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

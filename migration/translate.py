@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
+from ext_tasks.protocol.errors import InvalidParams, InvalidRequest, MethodNotFound, ProtocolError
 from ext_tasks.protocol.tasks import EXTENSION_ID
 from ext_tasks.protocol.versions import META_RELATED_TASK, META_SERVER_INFO
 
@@ -150,3 +151,52 @@ def answer_from_legacy_response(method: str, response: Mapping[str, Any]) -> dic
     if method == "elicitation/create":
         return {"action": "cancel"}
     return None
+
+
+def legacy_notification(message: dict[str, Any]) -> dict[str, Any]:
+    params = dict(message.get("params") or {})
+    meta = params.get("_meta")
+    if isinstance(meta, dict):
+        params["_meta"] = {key: value for key, value in meta.items() if "subscriptionId" not in key}
+        if not params["_meta"]:
+            del params["_meta"]
+    return {**message, "params": params}
+
+
+def legacy_error(error: Mapping[str, Any]) -> ProtocolError:
+    """A modern error as the legacy era says it (no -320xx codes a 2025-11-25 client does not know)."""
+    required = (error.get("data") or {}).get("requiredCapabilities") if isinstance(error.get("data"), dict) else None
+    if error.get("code") == -32021 and isinstance(required, dict):
+        if EXTENSION_ID in (required.get("extensions") or {}):
+            # 2025-11-25, tools section: a task-required tool called without augmentation gets -32601.
+            return MethodNotFound("Task augmentation required for tools/call requests")
+        return InvalidRequest(f"The client did not declare a capability this request needs: {', '.join(required)}")
+    return RelayedError(error)
+
+
+class RelayedError(ProtocolError):
+    """An error the upstream answered, passed on with its own code."""
+
+    def __init__(self, error: Mapping[str, Any]) -> None:
+        data = error.get("data")
+        super().__init__(str(error.get("message", "Error")), data=data if isinstance(data, dict) else None)
+        code = error.get("code")
+        self.relayed_code = code if isinstance(code, int) and not isinstance(code, bool) else -32603
+
+    def to_error(self) -> dict[str, Any]:
+        return {**super().to_error(), "code": self.relayed_code}
+
+
+def required_string(params: Mapping[str, Any], name: str) -> str:
+    value = params.get(name)
+    if not isinstance(value, str) or not value:
+        raise InvalidParams(f"Invalid params: {name} must be a non-empty string")
+    return value
+
+
+def result_of(final: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``result`` of a JSON-RPC response, or its error raised as a :class:`RelayedError`."""
+    if "error" in final:
+        raise RelayedError(final["error"])
+    result: dict[str, Any] = final["result"]
+    return result
