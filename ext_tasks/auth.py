@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from .protocol.errors import ProtocolError
+from .protocol.errors import INVALID_REQUEST, ProtocolError
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,8 +27,11 @@ ANONYMOUS = Principal(id="anonymous", anonymous=True)
 class Unauthenticated(ProtocolError):
     """No or unknown credentials where credentials are required (HTTP 401)."""
 
-    code = -32600
+    code = INVALID_REQUEST
     http_status = 401
+
+    def http_headers(self) -> dict[str, str]:
+        return {"WWW-Authenticate": "Bearer"}
 
 
 class Authenticator(Protocol):

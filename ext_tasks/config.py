@@ -57,6 +57,7 @@ class Settings:
     max_active_tasks: int = 1_000
     state_single_use: bool = False
     poll_rate_limit: bool = False
+    strict_headers: bool = False
 
     @property
     def bound_to_loopback(self) -> bool:
@@ -216,4 +217,5 @@ def settings_from_env(env: Mapping[str, str] | None = None) -> Settings:
         max_active_tasks=_number(env, "EXT_TASKS_MAX_ACTIVE_TASKS", defaults.max_active_tasks),
         state_single_use=_flag(env, "EXT_TASKS_STATE_SINGLE_USE"),
         poll_rate_limit=_flag(env, "EXT_TASKS_POLL_RATE_LIMIT"),
+        strict_headers=_flag(env, "EXT_TASKS_STRICT_HEADERS"),
     )

@@ -13,14 +13,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 from .auth import Principal
 from .context import Emit
 from .methods import CacheOptions, Call, CoreMethods
-from .metrics import method_label, observe_request
+from .metrics import header_tolerated, method_label, observe_request
 from .notify import ChangeEvent, ChangeHub
 from .protocol.envelope import Envelope, Headers, check_envelope
 from .protocol.errors import InternalError, InvalidRequest, MethodNotFound, ProtocolError
@@ -58,6 +58,12 @@ _LIST_CHANGED: Final = {
 class JsonReply:
     status: int
     message: Message | None  # None: 202 Accepted with no body
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def error(cls, request_id: RequestId | None, error: ProtocolError) -> JsonReply:
+        """The reply for a failure: its HTTP status, its extra headers, its JSON-RPC error."""
+        return cls(error.http_status, error_message(request_id, error), error.http_headers())
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +88,8 @@ class EngineOptions:
     cache_ttl_ms: int = 60_000
     cache_scope: str = "public"
     keepalive_s: float = 15.0
+    #: Refuse a ``tasks/*`` request without ``Mcp-Name`` (by default it is served and counted).
+    strict_headers: bool = False
 
 
 class Engine:
@@ -114,13 +122,13 @@ class Engine:
         try:
             message = decode_message(body)
         except ProtocolError as exc:
-            return JsonReply(exc.http_status, error_message(None, exc))
+            return JsonReply.error(None, exc)
         if isinstance(message, Notification):
             # The only client notification of 2026-07-28 is notifications/cancelled, used on stdio only.
             return JsonReply(202, None)
         if isinstance(message, Response):
             error = InvalidRequest("Invalid Request: this server sends no requests, so it accepts no responses")
-            return JsonReply(error.http_status, error_message(message.id, error))
+            return JsonReply.error(message.id, error)
         return await self._handle_request(message, headers, principal)
 
     async def _handle_request(self, request: Request, headers: Headers, principal: Principal) -> Reply:
@@ -133,7 +141,11 @@ class Engine:
 
     async def _dispatch(self, request: Request, headers: Headers, principal: Principal) -> Reply:
         try:
-            envelope = check_envelope(request, headers, self._header_params(request))
+            envelope = check_envelope(
+                request, headers, self._header_params(request), strict_headers=self.options.strict_headers
+            )
+            for header in envelope.tolerated_headers:
+                header_tolerated(header)
             if request.method == "subscriptions/listen":
                 return await self._listen(request, envelope, principal)
             handler = self._handlers.get(request.method)
@@ -143,7 +155,7 @@ class Engine:
                 return await self._maybe_stream(request, lambda emit: handler(Call(request, envelope, principal, emit)))
             result = await handler(Call(request, envelope, principal, _drop))
         except ProtocolError as exc:
-            return JsonReply(exc.http_status, error_message(request.id, exc))
+            return JsonReply.error(request.id, exc)
         except Exception:  # noqa: BLE001 - the one place that turns any failure into -32603
             return self._internal_error(request)
         return JsonReply(200, self._result(request.id, result))
@@ -164,8 +176,7 @@ class Engine:
 
     def _internal_error(self, request: Request) -> JsonReply:
         logger.exception("internal error handling %s", request.method)
-        error = InternalError("Internal error")
-        return JsonReply(error.http_status, error_message(request.id, error))
+        return JsonReply.error(request.id, InternalError("Internal error"))
 
     # --- requests that may stream notifications ---------------------------------------------------
 
@@ -179,7 +190,7 @@ class Engine:
             try:
                 return JsonReply(200, self._result(request.id, await run(emit)))
             except ProtocolError as exc:
-                return JsonReply(exc.http_status, error_message(request.id, exc))
+                return JsonReply.error(request.id, exc)
             except Exception:  # noqa: BLE001 - same mapping as _handle_request, inside a stream
                 return self._internal_error(request)
 
@@ -228,8 +239,8 @@ class Engine:
             honored["resourceSubscriptions"] = list(wanted.resource_subscriptions)
         if wanted.task_ids is not None:
             require_tasks_extension(envelope)  # -32021 before any stream opens
-            if self.tasks is None:
-                raise MethodNotFound("This server has no tasks")
+        if wanted.task_ids is not None and self.tasks is not None:
+            # A server without tasks acknowledges the rest and leaves taskIds out: nothing to watch.
             # Only the caller's own tasks are honored; others are left out of the acknowledgement
             # exactly like ids that do not exist.
             honored["taskIds"] = [

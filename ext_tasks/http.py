@@ -23,7 +23,7 @@ from migration.era import classify
 from migration.shim import LegacyReply, LegacyShim
 from migration.upstream import Caller
 
-from .auth import Authenticator, Unauthenticated
+from .auth import Authenticator
 from .config import LOOPBACK_HOSTS, Settings
 from .engine import RequestHandler, StreamItem, StreamReply
 from .metrics import scrape
@@ -209,7 +209,7 @@ class McpEndpoint:
         elif reply.message is None:
             await _send(send, 202, b"", [])
         else:
-            await _send(send, reply.status, encode(reply.message), [_JSON_TYPE])
+            await _send(send, reply.status, encode(reply.message), [_JSON_TYPE, *_encoded(reply.headers)])
 
     async def _session(self, method: str, headers: dict[str, list[str]], receive: Receive, send: Send) -> None:
         assert self.shim is not None
@@ -257,12 +257,16 @@ async def _send(send: Send, status: int, body: bytes, headers: list[tuple[bytes,
 
 
 async def _send_error(send: Send, error: ProtocolError, request_id: Any = None) -> None:
-    extra = [(b"www-authenticate", b"Bearer")] if isinstance(error, Unauthenticated) else []
-    await _send(send, error.http_status, encode(error_message(request_id, error)), [_JSON_TYPE, *extra])
+    headers = [_JSON_TYPE, *_encoded(error.http_headers())]
+    await _send(send, error.http_status, encode(error_message(request_id, error)), headers)
+
+
+def _encoded(headers: Mapping[str, str]) -> list[tuple[bytes, bytes]]:
+    return [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()]
 
 
 async def _send_legacy(send: Send, receive: Receive, reply: LegacyReply) -> None:
-    headers = [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in reply.headers.items()]
+    headers = _encoded(reply.headers)
     if reply.stream is not None:
         await _send_stream(send, receive, reply.stream, headers)
     elif reply.message is None:

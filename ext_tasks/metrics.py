@@ -46,6 +46,13 @@ STATE_REJECTIONS: Final = Counter(
     ["reason"],
     registry=REGISTRY,
 )
+HEADERS_TOLERATED: Final = Counter(
+    "ext_tasks_header_tolerated_total",
+    "Requests served although they left out a header the transport asks for (EXT_TASKS_STRICT_HEADERS "
+    "refuses them), by header: which clients would break in strict mode.",
+    ["header"],
+    registry=REGISTRY,
+)
 KNOWN_METHODS: Final = frozenset(
     {
         "server/discover",
@@ -85,6 +92,10 @@ def observe_request(method: str, outcome: str, seconds: float) -> None:
         latency = _latency_children[method] = REQUEST_SECONDS.labels(method)
     counter.inc()
     latency.observe(seconds)
+
+
+def header_tolerated(header: str) -> None:
+    HEADERS_TOLERATED.labels(header).inc()
 
 
 def scrape() -> tuple[bytes, str]:

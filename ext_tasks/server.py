@@ -73,6 +73,7 @@ def build_engine(registry: ToolRegistry, settings: Settings, store: TaskStore) -
         # Results that depend on who asks must not be shared by caches between callers.
         cache_scope="private" if settings.tokens else "public",
         keepalive_s=settings.keepalive_s,
+        strict_headers=settings.strict_headers,
     )
     task_options = TaskOptions(
         default_ttl_ms=settings.task_ttl_ms,

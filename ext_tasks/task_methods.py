@@ -10,18 +10,21 @@ expired one and one of another principal answer -32602, the last exactly like an
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
+import math
+import random
 import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 from .auth import Principal
 from .lifecycle import task_event
 from .protocol.envelope import Envelope
-from .protocol.errors import InvalidParams, LimitExceeded, MissingClientCapability
+from .protocol.errors import Busy, InvalidParams, LimitExceeded, MissingClientCapability
 from .protocol.resume import digest_arguments
 from .protocol.states import TaskStatus
 from .protocol.tasks import (
@@ -43,8 +46,8 @@ logger = logging.getLogger("ext_tasks.lifecycle")
 
 Result = dict[str, Any]
 _ACK: Final[Result] = {"resultType": "complete"}
-#: Compare-and-set retries before giving up on a task that changes under us.
-_COMMIT_ATTEMPTS: Final = 5
+#: How long tasks/update and tasks/cancel keep retrying a compare-and-set that others keep winning.
+COMMIT_BUDGET_S: Final = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,10 +114,12 @@ class TaskMethods:
         options: TaskOptions | None = None,
         *,
         clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        commit_budget_s: float = COMMIT_BUDGET_S,
     ) -> None:
         self.store = store
         self.options = options or TaskOptions()
         self._clock_ms = clock_ms
+        self._commit_budget_s = commit_budget_s
 
     def ttl_for(self, tool: Tool, hint_ms: int | None = None) -> int:
         """The lifetime the server grants: the client's hint (2025-11-25 ``params.task.ttl``) if any,
@@ -171,7 +176,10 @@ class TaskMethods:
             existing = await self.store.create(record, claim, ActiveLimit(cap, now) if cap > 0 else None)
         except TooManyActiveTasks:
             raise LimitExceeded(
-                f"Too many unfinished tasks for this caller (the limit is {cap}); wait for some to finish"
+                f"Too many unfinished tasks for this caller (the limit is {cap}); wait for some to finish",
+                limit="max_active_tasks",
+                # Tasks take a while to finish: suggest the slowest poll cadence as the wait.
+                retry_after_s=math.ceil(self.options.poll_max_ms / 1000),
             ) from None
         if existing is not None:
             assert claim is not None
@@ -214,7 +222,11 @@ class TaskMethods:
         if self.options.poll_rate_limit:
             interval = poll_interval(record, now)
             if not await self.store.claim(f"poll:{record.task_id}:{_scoped(principal.id, '')}", interval // 2):
-                raise LimitExceeded(f"Polling faster than the advertised pollIntervalMs ({interval} ms); slow down")
+                raise LimitExceeded(
+                    f"Polling faster than the advertised pollIntervalMs ({interval} ms); slow down",
+                    limit="poll_rate",
+                    retry_after_s=math.ceil(interval / 2000),
+                )
         shrunk = delivered(record, now, self.options.sensitive_grace_ms)
         if shrunk is not None:
             # The outcome is handed out for the first time: a sensitive one has what is left of its life
@@ -227,11 +239,11 @@ class TaskMethods:
         return {"resultType": "complete", **detailed_task_wire(record, now), "_meta": attempts_meta(record)}
 
     async def update(self, params: Mapping[str, Any], envelope: Envelope, principal: Principal) -> Result:
-        record = await self._find(params, envelope, principal)
+        first = await self._find(params, envelope, principal)
         if "inputResponses" not in params:
             raise InvalidParams("Invalid params: inputResponses is required")
         responses = parse_input_responses(dict(params))
-        for _ in range(_COMMIT_ATTEMPTS):
+        async for record in self._attempts(first, params, envelope, principal, "update"):
             merged = answers_merged(record, responses, self._clock_ms())
             if merged is None:
                 return dict(_ACK)  # nothing outstanding was answered: ignored, as the spec asks
@@ -239,16 +251,35 @@ class TaskMethods:
             if await self.store.commit(merged, expect_version=record.version, enqueue=resumed):
                 task_event("task.resumed" if resumed else "task.answered", merged, keys=len(responses))
                 return dict(_ACK)
-            record = await self._find(params, envelope, principal)
-        raise InvalidParams("Failed to update task: it changed concurrently; retry")
+        raise AssertionError("unreachable: _attempts raises when it gives up")
 
     async def cancel(self, params: Mapping[str, Any], envelope: Envelope, principal: Principal) -> Result:
-        record = await self._find(params, envelope, principal)
-        for _ in range(_COMMIT_ATTEMPTS):
+        first = await self._find(params, envelope, principal)
+        async for record in self._attempts(first, params, envelope, principal, "cancel"):
             if record.terminal:
                 return dict(_ACK)  # cancelling a finished task is acknowledged, idempotently
             if await self.store.commit(cancelled(record, self._clock_ms()), expect_version=record.version, cancel=True):
                 task_event("task.cancelled", record)
                 return dict(_ACK)
+        raise AssertionError("unreachable: _attempts raises when it gives up")
+
+    async def _attempts(
+        self, record: TaskRecord, params: Mapping[str, Any], envelope: Envelope, principal: Principal, verb: str
+    ) -> AsyncIterator[TaskRecord]:
+        """The record to try a compare-and-set on, then the fresh record after each lost race.
+
+        Losing means someone else committed (a status message, the worker's outcome), so the task is
+        alive and the next try sees its newer version; the loop goes on for as long as that lasts, up
+        to a time budget that bounds the request. Past it the caller gets a "retry" answer (-32603,
+        HTTP 503, ``Retry-After``), never a -32602 that would read as final. Nothing was changed, so
+        the resend is safe.
+        """
+        deadline = time.monotonic() + self._commit_budget_s
+        pause_s = 0.0005
+        while True:
+            yield record
+            if time.monotonic() >= deadline:
+                raise Busy(f"Failed to {verb} task: it kept changing concurrently; retry")
+            await asyncio.sleep(random.uniform(0, pause_s))  # noqa: S311 - jitter, not secrecy
+            pause_s = min(pause_s * 2, 0.05)
             record = await self._find(params, envelope, principal)
-        raise InvalidParams("Failed to cancel task: it changed concurrently; retry")

@@ -7,9 +7,11 @@ through the same upstream as the rest of the shim.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -39,30 +41,128 @@ _LIST_PAGE: Final = 50
 #: engine id starting with these 12 characters has a chance of 64**-12.)
 _SHIM_TASK_PREFIX: Final = "shim-inline-"
 _SHIM_TASK_TTL_MS: Final = 3_600_000
+#: How long a stream holds a question it relayed without renewing it (it renews while it lives).
+_HOLD_MS: Final = 30_000
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A client's response to one relayed request: the input key and task it answers, and the
+    ``inputResponses`` value (``None`` when the client refused a request that has no "cancel" answer)."""
+
+    key: str
+    method: str
+    task_id: str | None
+    value: dict[str, Any] | None
 
 
 class Relay:
-    """Input requests relayed to the client as server→client requests, and the answers coming back
-    over the session bus (the client may POST them to any instance)."""
+    """Input requests relayed to the client as server→client requests on one stream, and the answers
+    coming back over the session bus (the client may POST them to any instance)."""
 
     def __init__(self) -> None:
-        self.pending: dict[str, tuple[str, str]] = {}
+        self.pending: dict[str, tuple[str, str, str | None]] = {}
+        #: Per task: the keys relayed here, and the newest ``lastUpdatedAt`` seen.
+        self._seen: dict[str, tuple[set[str], str]] = {}
 
     def request(self, key: str, entry: Mapping[str, Any], task_id: str | None) -> Message:
         method, params = legacy_input_request(entry, key, task_id)
         request_id = f"srv-{secrets.token_urlsafe(9)}"
-        self.pending[request_id] = (key, method)
+        self.pending[request_id] = (key, method, task_id)
+        if task_id is not None:
+            self._seen.setdefault(task_id, (set(), ""))[0].add(key)
         return {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
 
-    def answer(self, published: Mapping[str, Any]) -> tuple[str, str, dict[str, Any] | None] | None:
-        """``(key, method, input response or None if refused)`` for a response to one of our requests."""
+    def questions(self, task: Mapping[str, Any]) -> dict[str, Any]:
+        """The questions of ``task`` (a modern ``DetailedTask``) not yet relayed on this stream.
+
+        A state older than one already seen is ignored (a task's notifications and a fresh read of it
+        can arrive out of order). Keys are never reused within a task's life, so a question relayed once
+        is never relayed again here; a finished task is forgotten, with its unanswered requests.
+        """
+        task_id = str(task.get("taskId"))
+        if task.get("status") in TERMINAL:
+            self._seen.pop(task_id, None)
+            for request_id, (_, _, pending_task) in list(self.pending.items()):
+                if pending_task == task_id:
+                    del self.pending[request_id]
+            return {}
+        asked, newest = self._seen.get(task_id, (set(), ""))
+        updated = str(task.get("lastUpdatedAt") or "")
+        if updated < newest:
+            return {}
+        self._seen[task_id] = (asked, updated)
+        requests: Mapping[str, Any] = task.get("inputRequests") or {}
+        if task.get("status") != "input_required":
+            return {}
+        return {key: entry for key, entry in requests.items() if key not in asked}
+
+    def held(self) -> list[tuple[str, str]]:
+        """``(task id, key)`` of every task question relayed here and not answered yet."""
+        return [(task_id, key) for key, _, task_id in self.pending.values() if task_id is not None]
+
+    def answer(self, published: Mapping[str, Any]) -> Answer | None:
+        """The :class:`Answer` in a message of the session bus, if it responds to one of our requests."""
         if published.get("kind") != "response":
             return None
         response = published.get("message") or {}
         target = self.pending.pop(str(response.get("id")), None)
         if target is None:
             return None
-        return target[0], target[1], answer_from_legacy_response(target[1], response)
+        key, method, task_id = target
+        return Answer(key, method, task_id, answer_from_legacy_response(method, response))
+
+
+class StreamQuestions:
+    """The task questions one stream of a session relays: each question is asked once per session.
+
+    A session may have several streams that could carry a task's question (the GET stream, a waiting
+    ``tasks/result``, on any instances). Before relaying a question a stream takes it in the session
+    store; a question another live stream holds is left to that stream, and tried again later
+    (:meth:`retry`), since that stream may end before the client answers. A stream keeps its questions
+    while it lives (:meth:`keep`) and gives them up when it ends (:meth:`close`).
+    """
+
+    def __init__(self, sessions: SessionStore, session_id: str, hold_ms: int = _HOLD_MS) -> None:
+        self.relay = Relay()
+        self.deferred: set[str] = set()
+        self._sessions = sessions
+        self._session_id = session_id
+        self._holder = secrets.token_urlsafe(9)
+        self._hold_ms = hold_ms
+        self._kept_at = time.monotonic()
+
+    def _key(self, task_id: str, key: str) -> str:
+        return f"{self._session_id}:{task_id}:{key}"
+
+    async def ask(self, task: Mapping[str, Any]) -> list[Message]:
+        """Requests for the questions of ``task`` this stream should relay now."""
+        task_id = str(task.get("taskId"))
+        self.deferred.discard(task_id)
+        outgoing = []
+        for key, entry in self.relay.questions(task).items():
+            if await self._sessions.hold(self._key(task_id, key), self._holder, self._hold_ms):
+                outgoing.append(self.relay.request(key, entry, task_id))
+            else:
+                self.deferred.add(task_id)  # another stream of the session asks it
+        return outgoing
+
+    async def keep(self) -> None:
+        """Extend this stream's hold on its unanswered questions (cheap to call often)."""
+        if time.monotonic() - self._kept_at < self._hold_ms / 3000:
+            return
+        self._kept_at = time.monotonic()
+        for task_id, key in self.relay.held():
+            await self._sessions.hold(self._key(task_id, key), self._holder, self._hold_ms)
+
+    async def close(self) -> None:
+        """Give up this stream's questions, and tell the session's other streams to take them over."""
+        held = self.relay.held()
+        with contextlib.suppress(Exception):  # the store being down: the holds lapse by themselves
+            for task_id, key in held:
+                await self._sessions.let_go(self._key(task_id, key), self._holder)
+            if held:
+                await self._sessions.publish(self._session_id, {"kind": "released"})
 
 
 class LegacyTasks:
@@ -93,8 +193,10 @@ class LegacyTasks:
         return created
 
     async def register(self, session: LegacySession, task_id: str) -> None:
-        """List the task for ``tasks/list`` and tell the session's GET stream to follow it."""
-        await self.sessions.index_task(session.task_scope, task_id, _now_ms())
+        """List the task for ``tasks/list`` (and among the session's own) and tell the session's GET
+        stream to follow it."""
+        for scope in dict.fromkeys((session.task_scope, session.own_scope)):
+            await self.sessions.index_task(scope, task_id, _now_ms())
         await self.sessions.publish(session.session_id, {"kind": "watch", "taskId": task_id})
 
     async def task(self, session: LegacySession, task_id: str, caller: Caller) -> Message:
@@ -115,45 +217,36 @@ class LegacyTasks:
         yield result_message(request.id, legacy_task(task, cancelled_by_legacy=cancelled))
 
     async def result(self, request: Request, session: LegacySession, caller: Caller) -> AsyncIterator[Message]:
-        """Block until the task is terminal, relaying its questions as server→client requests."""
+        """Block until the task is terminal, relaying its questions as server→client requests (those
+        no other stream of the session relays already)."""
         task_id = required_string(request.params, "taskId")
-        relayed: set[str] = set()
         last_status: str | None = None
+        questions = StreamQuestions(self.sessions, session.session_id)
         async with self.sessions.subscribe(session.session_id) as inbox:
-            relay = Relay()
-            while True:
-                task = await self.task(session, task_id, caller)
-                cancelled = await self.sessions.was_cancelled(task_id)
-                legacy = legacy_task(task, cancelled_by_legacy=cancelled)
-                if legacy["status"] != last_status and last_status is not None:
-                    yield notification_message("notifications/tasks/status", legacy)
-                last_status = legacy["status"]
-                if cancelled or task["status"] in TERMINAL:
-                    kind, payload = task_outcome({**task, "status": "cancelled"} if cancelled else task)
-                    yield (
-                        result_message(request.id, payload)
-                        if kind == "result"
-                        else {
-                            "jsonrpc": "2.0",
-                            "id": request.id,
-                            "error": payload,
-                        }
-                    )
-                    return
-                for key, entry in (task.get("inputRequests") or {}).items():
-                    if key not in relayed:
-                        relayed.add(key)
-                        yield relay.request(key, entry, task_id)
-                await self._answer_or_wait(session, task_id, caller, inbox, relay, task.get("pollIntervalMs"))
+            try:
+                while True:
+                    task = await self.task(session, task_id, caller)
+                    cancelled = await self.sessions.was_cancelled(task_id)
+                    legacy = legacy_task(task, cancelled_by_legacy=cancelled)
+                    if legacy["status"] != last_status and last_status is not None:
+                        yield notification_message("notifications/tasks/status", legacy)
+                    last_status = legacy["status"]
+                    if cancelled or task["status"] in TERMINAL:
+                        kind, payload = task_outcome({**task, "status": "cancelled"} if cancelled else task)
+                        if kind == "result":
+                            yield result_message(request.id, payload)
+                        else:
+                            yield {"jsonrpc": "2.0", "id": request.id, "error": payload}
+                        return
+                    for outgoing in await questions.ask(task):
+                        yield outgoing
+                    await questions.keep()
+                    await self._answer_or_wait(session, caller, inbox, questions.relay, task.get("pollIntervalMs"))
+            finally:
+                await questions.close()
 
     async def _answer_or_wait(
-        self,
-        session: LegacySession,
-        task_id: str,
-        caller: Caller,
-        inbox: asyncio.Queue[Message],
-        relay: Relay,
-        poll_ms: object,
+        self, session: LegacySession, caller: Caller, inbox: asyncio.Queue[Message], relay: Relay, poll_ms: object
     ) -> None:
         """Forward the client's answers as ``tasks/update``, or wait one poll interval."""
         wait_s = min(max((poll_ms if isinstance(poll_ms, int) else 500) / 1000, 0.05), 2.0)
@@ -161,13 +254,23 @@ class LegacyTasks:
             answered = relay.answer(await asyncio.wait_for(inbox.get(), timeout=wait_s))
         except TimeoutError:
             return
-        if answered is None:
+        if answered is not None:
+            await self.forward(session, caller, answered)
+
+    async def forward(self, session: LegacySession, caller: Caller, answer: Answer) -> None:
+        """Hand a client's answer to a task question to the task (``tasks/update``).
+
+        A refusal of a request that has no "cancel" answer (sampling, roots) cancels the task, but only
+        while the question is still outstanding: an answer that already arrived on another stream wins.
+        """
+        assert answer.task_id is not None
+        if answer.value is None:
+            task = await self.task(session, answer.task_id, caller)
+            if answer.key in (task.get("inputRequests") or {}):
+                cancel = self._modern(session, "tasks/cancel", {"taskId": answer.task_id}, tasks=True)
+                await self._final(cancel, caller)
             return
-        key, _, answer = answered
-        if answer is None:
-            await self._final(self._modern(session, "tasks/cancel", {"taskId": task_id}, tasks=True), caller)
-            return
-        update = {"taskId": task_id, "inputResponses": {key: answer}}
+        update = {"taskId": answer.task_id, "inputResponses": {answer.key: answer.value}}
         await self._final(self._modern(session, "tasks/update", update, tasks=True), caller)
 
     async def list(self, request: Request, session: LegacySession, caller: Caller) -> AsyncIterator[Message]:

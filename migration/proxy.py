@@ -63,7 +63,8 @@ class ForwardingHandler:
         if not isinstance(message, dict):
             error = InternalError(f"Upstream answered HTTP {response.status_code} without JSON-RPC")
             return JsonReply(502, error_message(id_of(body), error))
-        return JsonReply(response.status_code, message)
+        retry_after = response.headers.get("retry-after")
+        return JsonReply(response.status_code, message, {"Retry-After": retry_after} if retry_after else {})
 
     def close(self) -> None:
         return None

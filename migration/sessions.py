@@ -38,7 +38,12 @@ class LegacySession:
     @property
     def task_scope(self) -> str:
         """Whose tasks ``tasks/list`` shows: the principal's, or this session's when anonymous."""
-        return f"session:{self.session_id}" if self.principal == "anonymous" else f"principal:{self.principal}"
+        return self.own_scope if self.principal == "anonymous" else f"principal:{self.principal}"
+
+    @property
+    def own_scope(self) -> str:
+        """The tasks this session created (those its GET stream follows)."""
+        return f"session:{self.session_id}"
 
 
 def new_session_id() -> str:
@@ -72,6 +77,15 @@ class SessionStore(Protocol):
 
     async def was_cancelled(self, task_id: str) -> bool: ...
 
+    async def hold(self, key: str, holder: str, ttl_ms: int) -> bool:
+        """Take ``key`` for ``holder`` for ``ttl_ms`` (or extend it if ``holder`` has it): ``False`` while
+        someone else holds it. Streams of one session use it to relay each question once."""
+        ...
+
+    async def let_go(self, key: str, holder: str) -> None:
+        """Give ``key`` up, if ``holder`` holds it."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -85,6 +99,7 @@ class MemorySessionStore:
         self._index: defaultdict[str, list[tuple[int, str]]] = defaultdict(list)
         self._cancelled: dict[str, float] = {}
         self._tasks: dict[str, tuple[dict[str, Any], float]] = {}
+        self._held: dict[str, tuple[str, float]] = {}
 
     async def save(self, session: LegacySession) -> None:
         self._sessions[session.session_id] = (session, time.monotonic() + self._ttl_s)
@@ -134,6 +149,19 @@ class MemorySessionStore:
 
     async def was_cancelled(self, task_id: str) -> bool:
         return self._cancelled.get(task_id, 0.0) > time.monotonic()
+
+    async def hold(self, key: str, holder: str, ttl_ms: int) -> bool:
+        now = time.monotonic()
+        current = self._held.get(key)
+        if current is not None and current[0] != holder and current[1] > now:
+            return False
+        self._held[key] = (holder, now + ttl_ms / 1000)
+        return True
+
+    async def let_go(self, key: str, holder: str) -> None:
+        current = self._held.get(key)
+        if current is not None and current[0] == holder:
+            del self._held[key]
 
     async def close(self) -> None:
         return None

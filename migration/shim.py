@@ -36,12 +36,12 @@ from ext_tasks.protocol.jsonrpc import (
     Response,
     decode_message,
     error_message,
-    notification_message,
     result_message,
 )
 from ext_tasks.protocol.resume import ResumeCodec
 from ext_tasks.protocol.tasks import META_TTL_HINT
 
+from .get_stream import GetStream
 from .legacy_tasks import LegacyTasks, Relay
 from .sessions import LegacySession, SessionStore, new_session_id
 from .translate import (
@@ -50,7 +50,6 @@ from .translate import (
     legacy_notification,
     legacy_result,
     legacy_server_capabilities,
-    legacy_task,
     legacy_tools,
     modern_capabilities,
     negotiate_version,
@@ -65,7 +64,6 @@ Message = dict[str, Any]
 _PASSTHROUGH: Final = frozenset(
     {"tools/list", "prompts/list", "resources/list", "resources/templates/list", "completion/complete"}
 )
-_WITH_INPUT: Final = frozenset({"tools/call", "prompts/get", "resources/read"})
 
 
 class SessionRequired(InvalidRequest):
@@ -151,7 +149,16 @@ class LegacyShim:
             session = await self._session(headers, caller)
         except ProtocolError as exc:
             return LegacyReply(exc.http_status, error_message(None, exc))
-        return LegacyReply(200, stream=self._session_stream(session, caller))
+        stream = GetStream(
+            session,
+            caller,
+            sessions=self.sessions,
+            upstream=self.upstream,
+            tasks=self.tasks,
+            modern=self._modern,
+            keepalive_s=self.options.keepalive_s,
+        )
+        return LegacyReply(200, stream=stream.messages())
 
     async def delete(self, headers: Mapping[str, Sequence[str]], caller: Caller) -> LegacyReply:
         try:
@@ -307,7 +314,7 @@ class LegacyShim:
             kind = result.get("resultType")
             if kind == "input_required":
                 answers: dict[str, Any] = {}
-                async for outgoing in self._ask_client(session, result.get("inputRequests") or {}, None, answers):
+                async for outgoing in self._ask_client(session, result.get("inputRequests") or {}, answers):
                     yield outgoing
                 params = {**call.params, "inputResponses": answers}
                 if result.get("requestState") is not None:
@@ -329,88 +336,24 @@ class LegacyShim:
             return
 
     async def _ask_client(
-        self, session: LegacySession, requests: Mapping[str, Any], task_id: str | None, answers: dict[str, Any]
+        self, session: LegacySession, requests: Mapping[str, Any], answers: dict[str, Any]
     ) -> AsyncIterator[Message]:
-        """Send each request to the client and collect every answer into ``answers``."""
+        """Send each MRTR request to the client and collect every answer into ``answers``."""
         async with self.sessions.subscribe(session.session_id) as inbox:
             relay = Relay()
             for key, entry in requests.items():
-                yield relay.request(key, entry, task_id)
+                yield relay.request(key, entry, None)
             try:
                 async with asyncio.timeout(self.options.input_timeout_s):
                     while relay.pending:
                         answered = relay.answer(await inbox.get())
                         if answered is None:
                             continue
-                        key, method, answer = answered
-                        if answer is None:
-                            raise InvalidRequest(f"The client refused the {method} request")
-                        answers[key] = answer
+                        if answered.value is None:
+                            raise InvalidRequest(f"The client refused the {answered.method} request")
+                        answers[answered.key] = answered.value
             except TimeoutError:
                 raise InternalError("Timed out waiting for the client's answer") from None
-
-    # --- the GET stream ---------------------------------------------------------------------------
-
-    async def _session_stream(self, session: LegacySession, caller: Caller) -> AsyncIterator[Message | None]:
-        """Messages published to the session, and ``notifications/tasks/status`` for its tasks.
-
-        Task changes come from a modern ``subscriptions/listen`` on the session's tasks (so they reach
-        this stream whichever instance runs the task); when the session creates a task, the new id is
-        announced on the session bus and the subscription is renewed to include it.
-        """
-        async with self.sessions.subscribe(session.session_id) as inbox:
-            changes: asyncio.Queue[Message] = asyncio.Queue()
-            watched = set(await self.sessions.list_tasks(session.task_scope, 0, 1_000))
-            watch = self._watch_tasks(session, caller, watched, changes)
-            try:
-                yield None  # an SSE comment at once: the stream is open and its bus subscription live
-                while True:
-                    message = await self._next_for_stream(inbox, changes)
-                    if message is None:
-                        yield None  # keep-alive
-                    elif message.get("kind") == "watch":
-                        watched.add(str(message["taskId"]))
-                        watch.cancel()
-                        watch = self._watch_tasks(session, caller, watched, changes)
-                    elif message.get("kind") == "notification":
-                        yield message["message"]
-                    elif message.get("method") == "notifications/tasks":
-                        task = message.get("params") or {}
-                        cancelled = await self.sessions.was_cancelled(str(task.get("taskId")))
-                        legacy = legacy_task(task, cancelled_by_legacy=cancelled)
-                        yield notification_message("notifications/tasks/status", legacy)
-            finally:
-                watch.cancel()
-
-    async def _next_for_stream(self, inbox: asyncio.Queue[Message], changes: asyncio.Queue[Message]) -> Message | None:
-        readers = {asyncio.create_task(inbox.get()), asyncio.create_task(changes.get())}
-        done, pending = await asyncio.wait(
-            readers, timeout=self.options.keepalive_s, return_when=asyncio.FIRST_COMPLETED
-        )
-        for reader in pending:
-            reader.cancel()
-        if not done:
-            return None
-        first = done.pop()
-        for extra in done:  # both arrived at once: keep the other for the next turn
-            await (inbox if extra.result().get("kind") else changes).put(extra.result())
-        return first.result()
-
-    def _watch_tasks(
-        self, session: LegacySession, caller: Caller, task_ids: set[str], out: asyncio.Queue[Message]
-    ) -> asyncio.Task[None]:
-        async def watch() -> None:
-            if not task_ids:
-                return
-            params = {"notifications": {"taskIds": sorted(task_ids)}}
-            with contextlib.suppress(ProtocolError):  # an upstream without task notifications: none to relay
-                async for message in self.upstream.send(
-                    self._modern(session, "subscriptions/listen", params, tasks=True), caller
-                ):
-                    if message.get("method") == "notifications/tasks":
-                        await out.put(message)
-
-        return asyncio.create_task(watch(), name="ext-tasks-legacy-task-watch")
 
 
 async def _reply(request: Request, messages: AsyncIterator[Message]) -> LegacyReply:

@@ -13,6 +13,17 @@ from valkey.asyncio import Valkey
 from .sessions import LegacySession
 
 _SUBSCRIBE_TIMEOUT_S: Final = 5.0
+#: Take a key unless another holder has it; extend it for the same holder.
+_HOLD: Final = """
+local holder = redis.call('GET', KEYS[1])
+if holder and holder ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+"""
+_LET_GO: Final = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+return 0
+"""
 
 
 class ValkeySessionStore:
@@ -20,6 +31,8 @@ class ValkeySessionStore:
         self._client: Valkey = Valkey.from_url(url, decode_responses=True, socket_connect_timeout=2.0)
         self._prefix = prefix
         self._ttl_s = ttl_s
+        self._hold = self._client.register_script(_HOLD)
+        self._let_go = self._client.register_script(_LET_GO)
 
     def _key(self, kind: str, name: str) -> str:
         return f"{self._prefix}:{kind}:{name}"
@@ -85,6 +98,12 @@ class ValkeySessionStore:
 
     async def was_cancelled(self, task_id: str) -> bool:
         return bool(await self._client.exists(self._key("legacy-cancelled", task_id)))
+
+    async def hold(self, key: str, holder: str, ttl_ms: int) -> bool:
+        return bool(await self._hold(keys=[self._key("held", key)], args=[holder, max(1, ttl_ms)]))
+
+    async def let_go(self, key: str, holder: str) -> None:
+        await self._let_go(keys=[self._key("held", key)], args=[holder])
 
     async def close(self) -> None:
         await self._client.aclose()

@@ -41,6 +41,11 @@ NAME_FIELDS: Final[Mapping[str, str]] = {
     "tasks/cancel": "taskId",
 }
 
+#: Methods whose ``Mcp-Name`` may be left out unless headers are checked strictly: the body's ``taskId``
+#: is authoritative and the header only serves routing intermediaries, and real tasks clients omit it
+#: (protocol.md §3.13). A present but different value is refused all the same.
+NAME_OPTIONAL: Final = frozenset({"tasks/get", "tasks/update", "tasks/cancel"})
+
 LOG_LEVELS: Final[tuple[str, ...]] = (
     "debug",
     "info",
@@ -70,6 +75,8 @@ class Envelope:
     log_level: str | None
     progress_token: str | int | None
     idempotency_key: str | None = None
+    #: Headers the request left out that were tolerated (non-strict mode), for the operator's metric.
+    tolerated_headers: tuple[str, ...] = ()
 
     def wants_stream(self) -> bool:
         """Whether notifications may be sent for this request (so the reply should be SSE)."""
@@ -80,25 +87,36 @@ def check_envelope(
     request: Request,
     headers: Headers,
     header_params: Mapping[str, str] | None = None,
+    *,
+    strict_headers: bool = False,
 ) -> Envelope:
     """Validate ``request`` and its HTTP headers; ``header_params`` maps ``Mcp-Param-{Name}`` names
-    (as declared by ``x-mcp-header`` in the called tool's input schema) to argument names."""
+    (as declared by ``x-mcp-header`` in the called tool's input schema) to argument names.
+
+    Unless ``strict_headers``, a ``tasks/*`` request without ``Mcp-Name`` is served and the envelope
+    says so in ``tolerated_headers``."""
     meta = request.params.get("_meta")
     envelope = _check_meta(meta)
     _check_protocol_version_header(headers, envelope.protocol_version)
     if envelope.protocol_version not in MODERN_VERSIONS:
         raise UnsupportedProtocolVersion(envelope.protocol_version, MODERN_VERSIONS)
     _expect_header(headers, "mcp-method", "Mcp-Method", request.method)
+    tolerated: tuple[str, ...] = ()
     name_field = NAME_FIELDS.get(request.method)
     if name_field is not None:
         value = request.params.get(name_field)
         if isinstance(value, str):
-            _expect_header(headers, "mcp-name", "Mcp-Name", value)
+            if not strict_headers and request.method in NAME_OPTIONAL and not headers.get("mcp-name"):
+                tolerated = ("Mcp-Name",)
+            else:
+                _expect_header(headers, "mcp-name", "Mcp-Name", value)
     if header_params:
         arguments = request.params.get("arguments")
         _check_param_headers(headers, header_params, arguments if isinstance(arguments, dict) else {})
     key = _idempotency_key(request.params["_meta"].get(META_IDEMPOTENCY_KEY), headers)
-    return envelope if key is None else replace(envelope, idempotency_key=key)
+    if key is None and not tolerated:
+        return envelope
+    return replace(envelope, idempotency_key=key, tolerated_headers=tolerated)
 
 
 def _idempotency_key(meta_value: object, headers: Headers) -> str | None:

@@ -7,13 +7,14 @@ The tree::
       InvalidRequest(-32600, 400)
         BodyTooLarge(413)
         ForbiddenOrigin(403)
-        LimitExceeded(429)
+      LimitExceeded(-31429, 429, Retry-After)
       MethodNotFound(-32601, 404)
       InvalidParams(-32602)
         MissingMeta(400)
         InvalidRequestState
         ResourceNotFound
       InternalError(-32603, 500)
+        Busy(503, Retry-After)
       HeaderMismatch(-32020, 400)
       MissingClientCapability(-32021, 400)
       UnsupportedProtocolVersion(-32022, 400)
@@ -35,6 +36,10 @@ INTERNAL_ERROR = -32603
 HEADER_MISMATCH = -32020
 MISSING_REQUIRED_CLIENT_CAPABILITY = -32021
 UNSUPPORTED_PROTOCOL_VERSION = -32022
+#: A caller's limit was reached; retry after a while. Application-defined on purpose: JSON-RPC 2.0
+#: reserves -32768..-32000, MCP owns -32020..-32099 and asks implementations not to use -32000..-32019,
+#: so a code outside that space can never be mistaken for a protocol one (429 as in HTTP).
+LIMIT_EXCEEDED = -31429
 
 
 class ProtocolError(Exception):
@@ -47,6 +52,10 @@ class ProtocolError(Exception):
         super().__init__(message)
         self.message = message
         self.data = data
+
+    def http_headers(self) -> dict[str, str]:
+        """Extra HTTP response headers this failure asks for (``Retry-After``, ``WWW-Authenticate``)."""
+        return {}
 
     def to_error(self) -> dict[str, Any]:
         """The JSON-RPC ``error`` member for this failure."""
@@ -76,10 +85,19 @@ class ForbiddenOrigin(InvalidRequest):
     http_status = 403
 
 
-class LimitExceeded(InvalidRequest):
-    """A configured limit of the caller was reached (active tasks, polling rate): retry later."""
+class LimitExceeded(ProtocolError):
+    """A configured limit of the caller was reached (unfinished tasks, polling rate): the request was
+    well formed, and the same request may succeed after ``retry_after_s`` seconds."""
 
+    code = LIMIT_EXCEEDED
     http_status = 429
+
+    def __init__(self, message: str, *, limit: str, retry_after_s: int) -> None:
+        self.retry_after_s = max(1, retry_after_s)
+        super().__init__(message, data={"limit": limit, "retryAfterSeconds": self.retry_after_s})
+
+    def http_headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after_s)}
 
 
 class MethodNotFound(ProtocolError):
@@ -119,6 +137,17 @@ class ResourceNotFound(InvalidParams):
 class InternalError(ProtocolError):
     code = INTERNAL_ERROR
     http_status = 500
+
+
+class Busy(InternalError):
+    """A transient condition on the server's side (the store is unreachable, a task kept changing under
+    the request): nothing was changed, and the same request may be sent again."""
+
+    http_status = 503
+    retry_after_s = 1
+
+    def http_headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after_s)}
 
 
 class HeaderMismatch(ProtocolError):

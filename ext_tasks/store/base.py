@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ..protocol.errors import InternalError
+from ..protocol.errors import Busy
 from ..protocol.tasks import TaskRecord
 
 
@@ -37,10 +37,9 @@ class Expired:
         self.owner = owner
 
 
-class TaskStoreUnavailable(InternalError):
-    """The store cannot be reached: requests fail fast with -32603 and HTTP 503 instead of hanging."""
-
-    http_status = 503
+class TaskStoreUnavailable(Busy):
+    """The store cannot be reached: requests fail fast with -32603, HTTP 503 and ``Retry-After``
+    instead of hanging."""
 
     def __init__(self, detail: str) -> None:
         super().__init__("Task store unavailable; retry later")

@@ -35,7 +35,8 @@ from tests.support.cluster import (
     running_worker,
     wait_for,
 )
-from tests.support.mcp_http import post
+from tests.support.mcp_http import modern_request, post
+from tests.support.processes import running_server
 from tests.support.valkey import running_valkey
 
 pytestmark = pytest.mark.e2e
@@ -244,6 +245,49 @@ def test_input_required_answered_through_another_instance_completes(tools_cluste
     match = re.fullmatch(r"release 42 finished by Ada in pid (\d+)", text)
     assert match is not None, text
     assert int(match[1]) in {server.process.pid for server in tools_cluster.servers}, text
+
+
+# --- c2. tasks/* without Mcp-Name, as some real tasks clients send them -------------------------------
+
+
+def without_mcp_name(api: TaskApi, url: str, method: str, params: Mapping[str, Any], name: str | None) -> Any:
+    headers, body = modern_request(method, params, capabilities=CAPABILITIES)
+    headers.pop("Mcp-Name")
+    if name is not None:
+        headers["Mcp-Name"] = name
+    return api.client.post(url, headers=headers, json=body)
+
+
+def test_task_methods_without_mcp_name_are_served_on_every_instance(tools_cluster: Cluster, api: TaskApi) -> None:
+    urls = [server.url for server in tools_cluster.servers] + [tools_cluster.url]
+    task_id = api.create(urls[0], "ask_then_finish", {"label": "headerless"})["taskId"]
+    wait_for(lambda: api.get(urls[1], task_id)["status"] == "input_required", 30, message="input_required")
+    for url in urls:
+        got = without_mcp_name(api, url, "tasks/get", {"taskId": task_id}, None)
+        assert got.status_code == 200, got.text
+        assert got.json()["result"]["status"] == "input_required"
+        # A present but different Mcp-Name is still refused, on every instance.
+        wrong = without_mcp_name(api, url, "tasks/get", {"taskId": task_id}, "another-task")
+        assert (wrong.status_code, wrong.json()["error"]["code"]) == (400, -32020)
+    answer = {"taskId": task_id, "inputResponses": {"name": {"action": "accept", "content": {"name": "Bo"}}}}
+    updated = without_mcp_name(api, urls[2], "tasks/update", answer, None)
+    assert updated.status_code == 200, updated.text
+    wait_for(lambda: api.get(urls[0], task_id)["status"] == "completed", 30, message="completed")
+    long_running = api.create(urls[1], "sleepy", {"seconds": 30})["taskId"]
+    cancelled = without_mcp_name(api, urls[3], "tasks/cancel", {"taskId": long_running}, None)
+    assert cancelled.status_code == 200, cancelled.text
+    assert api.get(urls[2], long_running)["status"] == "cancelled"
+    scrape = httpx.get(tools_cluster.servers[0].url.removesuffix("/mcp") + "/metrics").text
+    assert re.search(r'^ext_tasks_header_tolerated_total\{header="Mcp-Name"\} [1-9]', scrape, re.MULTILINE), scrape
+
+
+def test_strict_headers_refuse_task_methods_without_mcp_name(tmp_path: Path, api: TaskApi) -> None:
+    with running_server(tmp_path, tools=TASK_TOOLS, env={"EXT_TASKS_STRICT_HEADERS": "true"}) as server:
+        task_id = api.create(server.url, "sleepy", {"seconds": 0.1})["taskId"]
+        refused = without_mcp_name(api, server.url, "tasks/get", {"taskId": task_id}, None)
+        assert (refused.status_code, refused.json()["error"]["code"]) == (400, -32020)
+        assert "Mcp-Name is missing" in refused.json()["error"]["message"]
+        assert api.get(server.url, task_id)["taskId"] == task_id  # with the header it is served
 
 
 # --- d. SIGKILL of an instance that is running tasks ---------------------------------------------------

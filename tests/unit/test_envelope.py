@@ -214,10 +214,22 @@ def test_name_header_matching_the_body_is_accepted(method: str, params: dict[str
 
 
 @pytest.mark.parametrize(("method", "params", "name"), NAMED, ids=[item[0] for item in NAMED])
-def test_missing_name_header_is_a_header_mismatch(method: str, params: dict[str, Any], name: str) -> None:
-    message = header_mismatch(request(method, params), mcp_name=None)
+def test_missing_name_header_is_a_header_mismatch_in_strict_mode(
+    method: str, params: dict[str, Any], name: str
+) -> None:
+    req = request(method, params)
+    with pytest.raises(HeaderMismatch, match="required header Mcp-Name is missing"):
+        check_envelope(req, headers_for(req, mcp_name=None), strict_headers=True)
 
-    assert "Mcp-Name" in message
+
+@pytest.mark.parametrize(("method", "params", "name"), NAMED, ids=[item[0] for item in NAMED])
+def test_missing_name_header_is_tolerated_only_on_task_methods(method: str, params: dict[str, Any], name: str) -> None:
+    req = request(method, params)
+    if method.startswith("tasks/"):
+        assert check(req, mcp_name=None).tolerated_headers == ("Mcp-Name",)
+        assert check(req).tolerated_headers == ()
+    else:
+        assert "Mcp-Name" in header_mismatch(req, mcp_name=None)
 
 
 @pytest.mark.parametrize(("method", "params", "name"), NAMED, ids=[item[0] for item in NAMED])

@@ -15,12 +15,14 @@ from ext_tasks.protocol.errors import (
     PARSE_ERROR,
     UNSUPPORTED_PROTOCOL_VERSION,
     BodyTooLarge,
+    Busy,
     ForbiddenOrigin,
     HeaderMismatch,
     InternalError,
     InvalidParams,
     InvalidRequest,
     InvalidRequestState,
+    LimitExceeded,
     MethodNotFound,
     MissingClientCapability,
     MissingMeta,
@@ -60,6 +62,8 @@ def test_error_codes_are_the_numbers_of_the_spec() -> None:
         (InvalidRequestState("expired"), -32602, 200),
         (ResourceNotFound("file:///missing"), -32602, 200),
         (InternalError("Internal error"), -32603, 500),
+        (Busy("retry"), -32603, 503),
+        (LimitExceeded("slow down", limit="poll_rate", retry_after_s=2), -31429, 429),
         (HeaderMismatch("Header mismatch"), -32020, 400),
         (MissingClientCapability({"elicitation": {}}), -32021, 400),
         (UnsupportedProtocolVersion("1900-01-01", ("2026-07-28",)), -32022, 400),
@@ -72,6 +76,13 @@ def test_each_error_carries_its_json_rpc_code_and_http_status(
     assert error.code == code
     assert error.http_status == http_status
     assert error.to_error()["code"] == code
+
+
+def test_errors_that_mean_retry_later_ask_for_retry_after_and_auth_failures_for_a_scheme() -> None:
+    assert LimitExceeded("slow down", limit="poll_rate", retry_after_s=0).http_headers() == {"Retry-After": "1"}
+    assert Busy("retry").http_headers() == {"Retry-After": "1"}
+    assert Unauthenticated("Unauthorized").http_headers() == {"WWW-Authenticate": "Bearer"}
+    assert InvalidParams("Invalid params").http_headers() == {}
 
 
 def test_to_error_without_data_has_only_code_and_message() -> None:

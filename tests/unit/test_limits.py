@@ -66,7 +66,7 @@ async def test_a_principal_past_its_active_task_cap_is_told_clearly_and_others_a
     refused = await call(engine, "tools/call", {"name": "job", "arguments": {}})
     assert refused.status == 429
     assert refused.message is not None
-    assert refused.message["error"]["code"] == -32600
+    assert refused.message["error"]["code"] == -31429  # application-defined: "retry later", not "malformed"
     assert "limit is 2" in refused.message["error"]["message"]
     assert "result" in (await call(engine, "tools/call", {"name": "job", "arguments": {}}, BOB)).message  # type: ignore[operator]
 

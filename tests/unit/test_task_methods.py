@@ -15,7 +15,8 @@ import anyio
 import pytest
 
 from ext_tasks import Context, Principal, ToolRegistry, elicit
-from ext_tasks.engine import Engine, JsonReply
+from ext_tasks.engine import Engine, EngineOptions, JsonReply
+from ext_tasks.metrics import REGISTRY
 from ext_tasks.protocol.errors import (
     HEADER_MISMATCH,
     INVALID_PARAMS,
@@ -533,14 +534,52 @@ async def test_mcp_name_that_differs_from_the_task_id_answers_32020(engine: Engi
     assert (await get_task(engine, task_id))["status"] == "working"
 
 
-@pytest.mark.parametrize("method", TASK_METHODS)
-async def test_a_missing_mcp_name_answers_32020(engine: Engine, method: str) -> None:
-    task_id = await create_task(engine)
-    headers, body = modern_request(method, task_params(method, task_id), capabilities=DECLARING)
+async def send_without_mcp_name(engine: Engine, method: str, params: dict[str, Any]) -> JsonReply:
+    headers, body = modern_request(method, params, capabilities=DECLARING)
     lowered = {name.lower(): [value] for name, value in headers.items() if name.lower() != "mcp-name"}
+    assert "mcp-method" in lowered
     with anyio.fail_after(5):
         reply = await engine.handle(json.dumps(body).encode(), lowered, ALICE)
     assert isinstance(reply, JsonReply)
+    assert reply.message is not None
+    return reply
+
+
+@pytest.mark.parametrize("method", TASK_METHODS)
+async def test_a_missing_mcp_name_is_served_and_counted(engine: Engine, method: str) -> None:
+    # Real tasks clients send Mcp-Method but no Mcp-Name on tasks/*: the body's taskId is authoritative.
+    task_id = await create_task(engine, "survey")
+    await Worker(engine.tasks.store, engine.registry).execute(task_id)  # type: ignore[union-attr]
+    before = REGISTRY.get_sample_value("ext_tasks_header_tolerated_total", {"header": "Mcp-Name"}) or 0.0
+    reply = await send_without_mcp_name(engine, method, task_params(method, task_id))
+    assert reply.status == 200, reply.message
+    assert reply.message is not None and reply.message["result"]["resultType"] == "complete"
+    after = REGISTRY.get_sample_value("ext_tasks_header_tolerated_total", {"header": "Mcp-Name"})
+    assert after == before + 1
+    expected = {"tasks/get": "input_required", "tasks/update": "input_required", "tasks/cancel": "cancelled"}
+    assert (await get_task(engine, task_id))["status"] == expected[method]
+
+
+@pytest.mark.parametrize("method", TASK_METHODS)
+async def test_strict_headers_refuse_a_missing_mcp_name(
+    registry: ToolRegistry, store: MemoryTaskStore, clock: Clock, method: str
+) -> None:
+    codec = ResumeCodec([KEY], audience="task-methods-test", clock=lambda: clock() / 1000)
+    strict = Engine(
+        registry, codec, EngineOptions(strict_headers=True), tasks=TaskMethods(store, TaskOptions(), clock_ms=clock)
+    )
+    task_id = await create_task(strict)
+    reply = await send_without_mcp_name(strict, method, task_params(method, task_id))
+    assert reply.message is not None
+    assert (reply.status, reply.message["error"]["code"]) == (400, HEADER_MISMATCH)
+    assert "Mcp-Name is missing" in reply.message["error"]["message"]
+    assert (await get_task(strict, task_id))["status"] == "working"
+
+
+@pytest.mark.parametrize("method", ["tools/call", "prompts/get", "resources/read"])
+async def test_calls_keep_requiring_mcp_name(engine: Engine, method: str) -> None:
+    params = {"tools/call": {"name": "forbidden_job", "arguments": {}}, "prompts/get": {"name": "p"}}
+    reply = await send_without_mcp_name(engine, method, params.get(method, {"uri": "test://r"}))
     assert reply.message is not None
     assert (reply.status, reply.message["error"]["code"]) == (400, HEADER_MISMATCH)
 

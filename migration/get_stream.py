@@ -1,0 +1,157 @@
+"""A legacy session's GET stream: what the session is told without asking, from whichever instance.
+
+* messages published to the session (``{"kind": "notification"}`` on the session bus);
+* for the tasks the session created: ``notifications/tasks/status`` on every change, and their
+  questions as server→client requests (with the ``related-task`` ``_meta``). 2025-11-25 clients must
+  expect task messages on any stream; some (the official TypeScript tasks client) take a task's
+  questions only from this one, because they call ``tasks/result`` only once the task is terminal.
+
+Task changes come from a modern ``subscriptions/listen`` on the session's tasks, so they reach this
+stream whichever instance runs the task. When the session creates a task, the new id is announced on the
+session bus and the subscription is renewed to include it. Each time a subscription is live, the newly
+watched tasks are read once, so a question asked before the stream (or the renewal) existed is relayed
+too. A question that another stream of the session relays (a waiting ``tasks/result``) is left to it and
+tried again when that stream lets it go (:class:`~.legacy_tasks.StreamQuestions`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Final
+
+from ext_tasks.protocol.errors import ProtocolError
+from ext_tasks.protocol.jsonrpc import notification_message
+
+from .legacy_tasks import LegacyTasks, StreamQuestions
+from .sessions import LegacySession, SessionStore
+from .translate import legacy_task
+from .upstream import Caller, ModernCall, ModernUpstream
+
+Message = dict[str, Any]
+ModernFor = Callable[..., ModernCall]
+
+#: How many of its newest tasks a session's GET stream follows, and how many it reads when it opens.
+WATCHED_TASKS: Final = 1_000
+SNAPSHOT_TASKS: Final = 100
+
+
+class GetStream:
+    """One open GET stream of ``session``; :meth:`messages` is what goes on the wire (``None``: a
+    keep-alive comment)."""
+
+    def __init__(
+        self,
+        session: LegacySession,
+        caller: Caller,
+        *,
+        sessions: SessionStore,
+        upstream: ModernUpstream,
+        tasks: LegacyTasks,
+        modern: ModernFor,
+        keepalive_s: float,
+    ) -> None:
+        self.session = session
+        self.caller = caller
+        self._sessions = sessions
+        self._upstream = upstream
+        self._tasks = tasks
+        self._modern = modern
+        self._keepalive_s = keepalive_s
+        self._changes: asyncio.Queue[Message] = asyncio.Queue()
+        self._questions = StreamQuestions(sessions, session.session_id)
+        self._watched: list[str] = []
+        self._unread: list[str] = []
+        self._generation = 0
+        self._watch: asyncio.Task[None] | None = None
+
+    async def messages(self) -> AsyncIterator[Message | None]:
+        async with self._sessions.subscribe(self.session.session_id) as inbox:
+            self._watched = list(await self._sessions.list_tasks(self.session.own_scope, 0, WATCHED_TASKS))
+            self._unread = self._watched[-SNAPSHOT_TASKS:]
+            self._follow()
+            try:
+                yield None  # an SSE comment at once: the stream is open and its bus subscription live
+                while True:
+                    message = await self._next(inbox)
+                    await self._questions.keep()
+                    if message is None or message.get("kind") == "released":
+                        yield None  # keep-alive; questions left to other streams are tried again
+                        self._unread.extend(sorted(self._questions.deferred))
+                        message = {"live": self._generation} if self._unread else None
+                    if message is not None:
+                        for outgoing in await self._handle(message):
+                            yield outgoing
+            finally:
+                if self._watch is not None:
+                    self._watch.cancel()
+                await self._questions.close()
+
+    async def _handle(self, message: Message) -> list[Message]:
+        if message.get("kind") == "watch":
+            self._watched = [*self._watched, str(message["taskId"])][-WATCHED_TASKS:]
+            self._unread.append(str(message["taskId"]))
+            self._follow()
+            return []
+        if message.get("kind") == "notification":
+            return [message["message"]]
+        if message.get("kind") == "response":
+            answered = self._questions.relay.answer(message)
+            if answered is not None:
+                await self._tasks.forward(self.session, self.caller, answered)
+            return []
+        if message.get("live") == self._generation:
+            unread, self._unread = list(dict.fromkeys(self._unread)), []
+            return [outgoing for task in await self._read(unread) for outgoing in await self._questions.ask(task)]
+        if message.get("method") == "notifications/tasks":
+            task = message.get("params") or {}
+            cancelled = await self._sessions.was_cancelled(str(task.get("taskId")))
+            status = notification_message(
+                "notifications/tasks/status", legacy_task(task, cancelled_by_legacy=cancelled)
+            )
+            return [status, *await self._questions.ask(task)]
+        return []
+
+    async def _read(self, task_ids: list[str]) -> list[Message]:
+        tasks = []
+        for task_id in task_ids:
+            with contextlib.suppress(ProtocolError):  # expired, or not a task of the upstream's
+                tasks.append(await self._tasks.task(self.session, task_id, self.caller))
+        return tasks
+
+    async def _next(self, inbox: asyncio.Queue[Message]) -> Message | None:
+        """The next message of the session bus or of the task subscription; ``None`` after a quiet
+        keep-alive interval."""
+        readers = {asyncio.create_task(inbox.get()), asyncio.create_task(self._changes.get())}
+        done, pending = await asyncio.wait(readers, timeout=self._keepalive_s, return_when=asyncio.FIRST_COMPLETED)
+        for reader in pending:
+            reader.cancel()
+        if not done:
+            return None
+        first = done.pop()
+        for extra in done:  # both arrived at once: keep the other for the next turn
+            await (inbox if extra.result().get("kind") else self._changes).put(extra.result())
+        return first.result()
+
+    def _follow(self) -> None:
+        """(Re)subscribe to the watched tasks. Once the subscription is live it says
+        ``{"live": generation}``, so the stream can tell it from one it replaced."""
+        if self._watch is not None:
+            self._watch.cancel()
+        self._generation += 1
+        generation, task_ids = self._generation, sorted(set(self._watched))
+
+        async def watch() -> None:
+            if not task_ids:
+                return
+            params = {"notifications": {"taskIds": task_ids}}
+            listen = self._modern(self.session, "subscriptions/listen", params, tasks=True)
+            with contextlib.suppress(ProtocolError):  # an upstream without task notifications: none to relay
+                async for message in self._upstream.send(listen, self.caller):
+                    if message.get("method") == "notifications/tasks":
+                        await self._changes.put(message)
+                    elif message.get("method") == "notifications/subscriptions/acknowledged":
+                        await self._changes.put({"live": generation})
+
+        self._watch = asyncio.create_task(watch(), name="ext-tasks-legacy-task-watch")
