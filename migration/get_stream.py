@@ -65,10 +65,12 @@ class GetStream:
         self._unread: list[str] = []
         self._generation = 0
         self._watch: asyncio.Task[None] | None = None
+        #: Per task: (lastUpdatedAt, status, statusMessage) of the last status notification sent.
+        self._told: dict[str, tuple[str, str, Any]] = {}
 
     async def messages(self) -> AsyncIterator[Message | None]:
         async with self._sessions.subscribe(self.session.session_id) as inbox:
-            self._watched = list(await self._sessions.list_tasks(self.session.own_scope, 0, WATCHED_TASKS))
+            self._watched = list(await self._sessions.list_tasks(self.session.watch_scope, 0, WATCHED_TASKS))
             self._unread = self._watched[-SNAPSHOT_TASKS:]
             self._follow()
             try:
@@ -106,12 +108,25 @@ class GetStream:
             return [outgoing for task in await self._read(unread) for outgoing in await self._questions.ask(task)]
         if message.get("method") == "notifications/tasks":
             task = message.get("params") or {}
-            cancelled = await self._sessions.was_cancelled(str(task.get("taskId")))
-            status = notification_message(
-                "notifications/tasks/status", legacy_task(task, cancelled_by_legacy=cancelled)
-            )
-            return [status, *await self._questions.ask(task)]
+            status = await self._status(task)
+            return [*status, *await self._questions.ask(task)]
         return []
+
+    async def _status(self, task: Message) -> list[Message]:
+        """``notifications/tasks/status`` for a change, unless it is older than one already told (the
+        subscription and a fresh read can cross) or tells the client nothing new."""
+        task_id = str(task.get("taskId"))
+        cancelled = await self._sessions.was_cancelled(task_id)
+        legacy = legacy_task(task, cancelled_by_legacy=cancelled)
+        told = (str(legacy.get("lastUpdatedAt")), legacy["status"], legacy.get("statusMessage"))
+        last = self._told.get(task_id)
+        if last is not None and (told[0] < last[0] or told[1:] == last[1:]):
+            return []
+        self._told[task_id] = told
+        if len(self._told) > WATCHED_TASKS:  # keep what the stream still follows
+            watched = set(self._watched)
+            self._told = {key: value for key, value in self._told.items() if key in watched}
+        return [notification_message("notifications/tasks/status", legacy)]
 
     async def _read(self, task_ids: list[str]) -> list[Message]:
         tasks = []

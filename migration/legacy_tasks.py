@@ -193,11 +193,14 @@ class LegacyTasks:
         return created
 
     async def register(self, session: LegacySession, task_id: str) -> None:
-        """List the task for ``tasks/list`` (and among the session's own) and tell the session's GET
-        stream to follow it."""
-        for scope in dict.fromkeys((session.task_scope, session.own_scope)):
-            await self.sessions.index_task(scope, task_id, _now_ms())
-        await self.sessions.publish(session.session_id, {"kind": "watch", "taskId": task_id})
+        """List a task the session created for ``tasks/list``, and have its GET stream follow it."""
+        await self.sessions.index_task(session.task_scope, task_id, _now_ms())
+        await self.follow(session, task_id)
+
+    async def follow(self, session: LegacySession, task_id: str) -> None:
+        """Have the session's GET stream follow the task (its changes, its questions) from now on."""
+        if await self.sessions.index_task(session.watch_scope, task_id, _now_ms()):
+            await self.sessions.publish(session.session_id, {"kind": "watch", "taskId": task_id})
 
     async def task(self, session: LegacySession, task_id: str, caller: Caller) -> Message:
         if task_id.startswith(_SHIM_TASK_PREFIX):
@@ -213,6 +216,9 @@ class LegacyTasks:
     async def get(self, request: Request, session: LegacySession, caller: Caller) -> AsyncIterator[Message]:
         task_id = required_string(request.params, "taskId")
         task = await self.task(session, task_id, caller)
+        if task["status"] not in TERMINAL:
+            # A task handed over from another session: its questions now reach this session too.
+            await self.follow(session, task_id)
         cancelled = await self.sessions.was_cancelled(task_id)
         yield result_message(request.id, legacy_task(task, cancelled_by_legacy=cancelled))
 

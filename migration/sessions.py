@@ -42,8 +42,13 @@ class LegacySession:
 
     @property
     def own_scope(self) -> str:
-        """The tasks this session created (those its GET stream follows)."""
         return f"session:{self.session_id}"
+
+    @property
+    def watch_scope(self) -> str:
+        """The tasks this session's GET stream follows: those it created, and those it read by id
+        (a task handed over from another session)."""
+        return f"watch:{self.session_id}"
 
 
 def new_session_id() -> str:
@@ -63,7 +68,9 @@ class SessionStore(Protocol):
         """Messages published to the session from now on (the subscription is live on entry)."""
         ...
 
-    async def index_task(self, scope: str, task_id: str, created_ms: int) -> None: ...
+    async def index_task(self, scope: str, task_id: str, created_ms: int) -> bool:
+        """Add the task to ``scope``'s list; ``True`` if it was not in it yet."""
+        ...
 
     async def list_tasks(self, scope: str, offset: int, limit: int) -> list[str]: ...
 
@@ -96,7 +103,7 @@ class MemorySessionStore:
         self._ttl_s = ttl_s
         self._sessions: dict[str, tuple[LegacySession, float]] = {}
         self._queues: defaultdict[str, set[asyncio.Queue[dict[str, Any]]]] = defaultdict(set)
-        self._index: defaultdict[str, list[tuple[int, str]]] = defaultdict(list)
+        self._index: defaultdict[str, dict[str, int]] = defaultdict(dict)
         self._cancelled: dict[str, float] = {}
         self._tasks: dict[str, tuple[dict[str, Any], float]] = {}
         self._held: dict[str, tuple[str, float]] = {}
@@ -130,12 +137,16 @@ class MemorySessionStore:
             if not self._queues[session_id]:
                 del self._queues[session_id]
 
-    async def index_task(self, scope: str, task_id: str, created_ms: int) -> None:
-        self._index[scope].append((created_ms, task_id))
-        self._index[scope].sort()
+    async def index_task(self, scope: str, task_id: str, created_ms: int) -> bool:
+        index = self._index[scope]
+        if task_id in index:
+            return False
+        index[task_id] = created_ms
+        return True
 
     async def list_tasks(self, scope: str, offset: int, limit: int) -> list[str]:
-        return [task_id for _, task_id in self._index.get(scope, [])[offset : offset + limit]]
+        ordered = sorted(self._index.get(scope, {}).items(), key=lambda item: (item[1], item[0]))
+        return [task_id for task_id, _ in ordered[offset : offset + limit]]
 
     async def save_task(self, task: dict[str, Any], ttl_ms: int) -> None:
         self._tasks[str(task["taskId"])] = (task, time.monotonic() + ttl_ms / 1000)

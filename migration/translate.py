@@ -18,6 +18,7 @@ TERMINAL: Final = frozenset({"completed", "failed", "cancelled"})
 _MODERN_ONLY_RESULT_FIELDS: Final = ("resultType", "ttlMs", "cacheScope")
 #: Client capabilities that mean the same in both eras (``tasks`` does not carry over: SEP-2663).
 _SHARED_CLIENT_CAPABILITIES: Final = ("elicitation", "sampling", "roots", "experimental")
+_STATUS_MESSAGE_CHARS: Final = 1_000
 
 
 def negotiate_version(requested: object) -> str:
@@ -93,9 +94,18 @@ def legacy_task(task: Mapping[str, Any], *, cancelled_by_legacy: bool = False) -
     }
     if "statusMessage" in task:
         legacy["statusMessage"] = task["statusMessage"]
+    elif legacy["status"] == "failed" and task["status"] == "completed":
+        # A tool error reads as failed here; legacy clients that never call tasks/result see why.
+        legacy["statusMessage"] = _error_text(task.get("result") or {})
     if task.get("pollIntervalMs") is not None:
         legacy["pollInterval"] = task["pollIntervalMs"]
     return legacy
+
+
+def _error_text(result: Mapping[str, Any]) -> str:
+    texts = [block.get("text") for block in result.get("content") or () if isinstance(block, dict)]
+    text = " ".join(item for item in texts if isinstance(item, str)) or "The tool reported an error"
+    return text if len(text) <= _STATUS_MESSAGE_CHARS else text[: _STATUS_MESSAGE_CHARS - 1] + "…"
 
 
 def legacy_create_task_result(created: Mapping[str, Any]) -> dict[str, Any]:

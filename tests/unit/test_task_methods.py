@@ -578,8 +578,12 @@ async def test_strict_headers_refuse_a_missing_mcp_name(
 
 @pytest.mark.parametrize("method", ["tools/call", "prompts/get", "resources/read"])
 async def test_calls_keep_requiring_mcp_name(engine: Engine, method: str) -> None:
-    params = {"tools/call": {"name": "forbidden_job", "arguments": {}}, "prompts/get": {"name": "p"}}
-    reply = await send_without_mcp_name(engine, method, params.get(method, {"uri": "test://r"}))
+    params: dict[str, dict[str, Any]] = {
+        "tools/call": {"name": "forbidden_job", "arguments": {}},
+        "prompts/get": {"name": "p"},
+        "resources/read": {"uri": "test://r"},
+    }
+    reply = await send_without_mcp_name(engine, method, params[method])
     assert reply.message is not None
     assert (reply.status, reply.message["error"]["code"]) == (400, HEADER_MISMATCH)
 
