@@ -92,11 +92,12 @@ def legacy_task(task: Mapping[str, Any], *, cancelled_by_legacy: bool = False) -
         "lastUpdatedAt": task["lastUpdatedAt"],
         "ttl": task.get("ttlMs"),
     }
-    if "statusMessage" in task:
-        legacy["statusMessage"] = task["statusMessage"]
-    elif legacy["status"] == "failed" and task["status"] == "completed":
-        # A tool error reads as failed here; legacy clients that never call tasks/result see why.
+    if legacy["status"] == "failed" and task["status"] == "completed":
+        # A tool error reads as failed here, and its text is the status message (not a progress message
+        # from before the error): legacy clients that never call tasks/result see why it failed.
         legacy["statusMessage"] = _error_text(task.get("result") or {})
+    elif "statusMessage" in task:
+        legacy["statusMessage"] = task["statusMessage"]
     if task.get("pollIntervalMs") is not None:
         legacy["pollInterval"] = task["pollIntervalMs"]
     return legacy

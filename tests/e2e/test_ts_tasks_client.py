@@ -3,9 +3,10 @@
 
 ``ts_tasks/driver.mjs`` (plain ESM, run by Node 22) drives the package: a task run to completion,
 input asked inside a task and answered through the client's input callback, the cancel of a
-long task, a tool error, a JSON-RPC failure, an inline result, and a task handed off by one session
-and resumed by another. It prints what the package reported (outcomes, task views, input requests)
-and a log of every HTTP request its SDK clients sent; this test asserts on that.
+long task, a tool error, a JSON-RPC failure, an inline result, a task handed off by one session
+and resumed by another, and a handed-off task that then asks the resuming session a question. It
+prints what the package reported (outcomes, task views, input requests) and a log of every HTTP
+request its SDK clients sent; this test asserts on that.
 
 - ``modern``: the SDK client pins 2026-07-28 (``server/discover``); the task session gets the raw
   dispatch and the request framing the package requires for the Tasks extension.
@@ -50,6 +51,7 @@ NODE_TIMEOUT_S = 180
 CANCEL_SEEN_TIMEOUT_S = 10
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 RELATED_TASK = "io.modelcontextprotocol/related-task"
+HANDOFF_QUESTION = "Who reviews quarterly-report?"
 HANDOFF_TEXT = re.compile(r"^nightly-report done \(started in pid (\d+), finished in pid (\d+)\)$")
 SETUP_HINT = "run bash scripts/test.sh (it fetches Node 22 and runs npm ci in tests/e2e/ts_tasks)"
 
@@ -473,6 +475,78 @@ def test_a_second_session_resumes_a_task_handed_off_by_the_first(run: Run) -> No
     else:
         assert_result_once_terminal(second)
         assert second["connection"]["protocolVersion"] == "2025-11-25"
+
+
+def test_input_asked_inside_a_handed_off_task_reaches_the_session_that_resumed_it(run: Run) -> None:
+    # handoff_approval works for a second, then asks one question. Session A handed the task off right
+    # after creating it and closed; session B resumed it, and must be the one asked. 2025-11-25: B's
+    # tasks/get makes B's GET stream follow the task, which is where the shim relays the question.
+    record = run.scenario("handoff_input")
+    task_id = record["taskId"]
+    first, second = record["first"], record["second"]
+    assert record["reference"] == {
+        "endpointId": record["reference"]["endpointId"],
+        "generation": "v2" if run.mode == "modern" else "v1",
+        "taskId": task_id,
+        "originalOperation": "tools/call",
+    }
+    # Session A: created the task, handed it off while it worked, and sent nothing after tools/call
+    # (no tasks/cancel on close, no answer to any question); nothing was asked of it.
+    assert first["kind"] == "task"
+    assert first["statusAtHandoff"] == "working"
+    assert first["localOutcome"]["error"]["message"] == "Task execution is closed"
+    assert [entry["name"] for entry in calls(first, "tools/call")] == ["handoff_approval"]
+    assert http(first)[-1]["rpc"] == "tools/call"
+    assert not calls(first, "tasks/cancel")
+    assert not calls(first, "response")
+    assert first["questions"] == []
+    assert first["unroutedRequests"] == []
+    assert first["backgroundErrors"] == []
+    # Session B: only followed the task, and got its one question, after A had closed.
+    assert second["kind"] == "task"
+    assert second["taskId"] == task_id
+    assert not calls(second, "tools/call")
+    assert all(entry["taskId"] == task_id for entry in calls(second, "tasks/get"))
+    assert all(entry.get("status") in (200, 202) for entry in http(second)), http(second)
+    (question,) = second["questions"]
+    assert question["kind"] == "elicitation"
+    assert question["message"] == HANDOFF_QUESTION
+    assert question["scope"] == "task"
+    assert question["taskId"] == task_id
+    assert question["t"] > first["closedAt"]
+    assert second["unroutedRequests"] == []
+    assert second["backgroundErrors"] == []
+    seen = statuses(second)
+    assert seen[0] == "working"
+    assert "input_required" in seen
+    assert seen[-1] == "completed"
+    outcome = record["outcome"]
+    assert outcome["status"] == "completed"
+    assert outcome["task"]["taskId"] == task_id
+    assert outcome["result"]["texts"] == ["quarterly-report reviewed by Grace."]
+    assert outcome["result"]["isError"] is False
+    if run.mode == "modern":
+        # The package took the question from tasks/get's inputRequests and answered it with tasks/update.
+        # It hands the callback the request as the server sent it, and the server's inputRequests carry
+        # no related-task _meta: the task is named in the callback's context only.
+        assert question["delivery"] == "task-update"
+        assert question["inputId"] == "reviewer"
+        assert question["relatedTask"] is None
+        (update,) = calls(second, "tasks/update")
+        assert update["inputResponseKeys"] == ["reviewer"]
+        assert all(entry["headers"]["mcp-name"] == task_id for entry in [*calls(second, "tasks/get"), update])
+        assert not calls(second, "tasks/result")
+    else:
+        # A server→client elicitation/create on B's GET stream, naming the task in related-task _meta;
+        # B answered it once (a JSON-RPC response POST), then fetched the result once terminal.
+        assert question["delivery"] == "peer-request"
+        assert question["relatedTask"] == task_id
+        (answer,) = calls(second, "response")
+        assert "errorCode" not in answer
+        assert not calls(second, "tasks/update")
+        assert {note["taskId"] for note in second["notifications"]} <= {task_id}
+        assert_result_once_terminal(second)
+        assert RELATED_TASK in outcome["result"]["metaKeys"]
 
 
 def test_through_the_balancer_every_instance_served_the_client(runs: Callable[[str, str], Run]) -> None:

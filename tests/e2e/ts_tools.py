@@ -10,6 +10,8 @@ so the balancer run can show which instance did the work:
 - ``broken_job``: a task that ends with a JSON-RPC error (a ``failed`` task).
 - ``echo_inline``: never a task; answers inline.
 - ``handoff_job``: a task that works for a couple of seconds, long enough to be handed to another session.
+- ``handoff_approval``: a task that works for a second, then asks one question inside the task (so the
+  session that resumed a handed-off task is the one to answer it).
 """
 
 from __future__ import annotations
@@ -33,6 +35,11 @@ APPROVER_SCHEMA = {
     "type": "object",
     "properties": {"approver": {"type": "string", "description": "Who approves the release"}},
     "required": ["approver"],
+}
+REVIEWER_SCHEMA = {
+    "type": "object",
+    "properties": {"reviewer": {"type": "string", "description": "Who reviews the report"}},
+    "required": ["reviewer"],
 }
 CONFIRM_SCHEMA = {
     "type": "object",
@@ -99,3 +106,16 @@ async def handoff_job(ctx: Context, label: str, seconds: float = 2.0) -> str:
     await ctx.set_status(f"pid {started_in}")
     await asyncio.sleep(max(0.0, min(seconds, 60.0)))
     return f"{label} done (started in pid {started_in}, finished in pid {os.getpid()})"
+
+
+@registry.tool(task="required", description="Work for a second inside a task, then ask who reviews the report.")
+async def handoff_approval(ctx: Context, label: str) -> str:
+    # The task function runs again once answered; only its first run does the work.
+    if ctx.answer("reviewer", elicit(f"Who reviews {label}?", REVIEWER_SCHEMA)) is None:
+        await ctx.set_status(f"working in pid {os.getpid()}")
+        await asyncio.sleep(1.0)
+    answer = await ctx.elicit("reviewer", f"Who reviews {label}?", REVIEWER_SCHEMA)
+    reviewer = (answer.content or {}).get("reviewer")
+    if answer.action != "accept" or not isinstance(reviewer, str):
+        raise ToolError(f"{label} has no reviewer.")
+    return f"{label} reviewed by {reviewer}."

@@ -47,6 +47,15 @@ TASK = {
         ({**TASK, "status": "input_required", "inputRequests": {"k": {}}}, {"status": "input_required"}),
         ({**TASK, "status": "completed", "result": {"content": [], "isError": False}}, {"status": "completed"}),
         ({**TASK, "status": "completed", "result": {"content": [], "isError": True}}, {"status": "failed"}),
+        (
+            {
+                **TASK,
+                "status": "completed",
+                "statusMessage": "working hard",
+                "result": {"content": [{"type": "text", "text": "disk full"}], "isError": True},
+            },
+            {"status": "failed", "statusMessage": "disk full"},
+        ),
         ({**TASK, "status": "failed", "error": {"code": -32603, "message": "x"}}, {"status": "failed"}),
         ({**TASK, "status": "cancelled"}, {"status": "cancelled"}),
     ],

@@ -15,7 +15,7 @@
 // was seen until then; the others still run. The exit code is 0 whenever the JSON was printed.
 
 import { parseArgs } from "node:util";
-import { Client, StreamableHTTPClientTransport } from "@modelcontextprotocol/client";
+import { Client, ProtocolError, StreamableHTTPClientTransport } from "@modelcontextprotocol/client";
 import {
   DispatchError,
   createTaskSessionEndpointId,
@@ -26,7 +26,7 @@ import {
 const MODERN_VERSION = "2026-07-28";
 const CLIENT_INFO = { name: "ext-tasks-e2e-ts-driver", version: "0.0.1" };
 const CLIENT_CAPABILITIES = { elicitation: {} };
-const ALL_SCENARIOS = ["complete", "input", "cancel", "tool_error", "failed", "immediate", "handoff"];
+const ALL_SCENARIOS = ["complete", "input", "cancel", "tool_error", "failed", "immediate", "handoff", "handoff_input"];
 const WIRE_HEADERS = ["mcp-protocol-version", "mcp-method", "mcp-name"];
 // Milliseconds since the driver started, on every recorded entry, to put them in one timeline.
 const now = () => Math.round(performance.now() * 10) / 10;
@@ -217,6 +217,20 @@ async function openSession(label, sessionOptions = {}) {
       ...(typeof params.status === "string" ? { status: params.status } : {}),
     });
   };
+  // Server→client requests the package could not route to a task or call of this session (it hands
+  // those to the host's prior handler): recorded, and answered as the package itself would.
+  const unroutedRequests = [];
+  client.fallbackRequestHandler = async (request) => {
+    const params = request.params ?? {};
+    unroutedRequests.push({
+      t: now(),
+      method: request.method,
+      ...(typeof params.message === "string" ? { message: params.message } : {}),
+      relatedTask: params._meta?.["io.modelcontextprotocol/related-task"]?.taskId ?? null,
+    });
+    if (request.method === "elicitation/create") return { action: "cancel" };
+    throw new ProtocolError(-32601, `Method not found: ${request.method}`);
+  };
   const transport = new StreamableHTTPClientTransport(new URL(URL_), { fetch: fetchImpl });
   await client.connect(transport);
   const endpointId = await createTaskSessionEndpointId("ext-tasks-e2e", { url: URL_, mode: MODE });
@@ -244,7 +258,7 @@ async function openSession(label, sessionOptions = {}) {
     await session.close().catch(() => {});
     await client.close().catch(() => {});
   };
-  return { client, session, wire, notifications, connection, backgroundErrors, close };
+  return { client, session, wire, notifications, unroutedRequests, connection, backgroundErrors, close };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -303,9 +317,145 @@ function answerFor(request) {
   for (const property of properties) {
     if (property === "approver") content.approver = "Ada";
     else if (property === "confirm") content.confirm = true;
+    else if (property === "reviewer") content.reviewer = "Grace";
     else content[property] = "unknown";
   }
   return { action: "accept", content };
+}
+
+function describeQuestion(request, context, answer) {
+  return {
+    t: now(),
+    kind: request.kind,
+    message: request.params?.message,
+    relatedTask: request.params?._meta?.["io.modelcontextprotocol/related-task"]?.taskId ?? null,
+    scope: context.scope,
+    delivery: context.delivery,
+    taskId: context.taskId ?? null,
+    inputId: context.inputId ?? null,
+    answer: answer.content,
+  };
+}
+
+// The input callback for a session whose task asks questions, recording them (and the task's events)
+// in holder.questions and holder.events. Two watchdogs give a stuck exchange its symptom (instead of
+// the scenario timeout): once the task shows input_required, the input callback must be called within
+// INPUT_GRACE_MS; once it answered, the task must leave input_required within INPUT_GRACE_MS of the
+// last answer. Settle with AbortSignal.any([signal, watch.signal]) and dispose() at the end.
+function inputWatch(holder) {
+  holder.questions = [];
+  holder.events = [];
+  const watchdog = new AbortController();
+  const timers = new Set();
+  const arm = (check) => timers.add(setTimeout(check, INPUT_GRACE_MS));
+  const latestStatus = () => holder.events.findLast((event) => event.type === "task")?.status;
+  let lastAnswerAt;
+  const checkAsked = () => {
+    if (holder.questions.length === 0)
+      watchdog.abort(
+        new Error(`the task showed input_required for ${INPUT_GRACE_MS}ms and the client's input callback was never called`),
+      );
+  };
+  const checkAnswered = () => {
+    if (now() - lastAnswerAt >= INPUT_GRACE_MS && latestStatus() === "input_required")
+      watchdog.abort(
+        new Error(
+          `the client answered ${holder.questions.length} question(s), but ${INPUT_GRACE_MS}ms after the last ` +
+            "answer the task still showed input_required",
+        ),
+      );
+    else arm(checkAnswered);
+  };
+  const onInputRequest = async (request, context) => {
+    const answer = answerFor(request);
+    holder.questions.push(describeQuestion(request, context, answer));
+    if (lastAnswerAt === undefined) arm(checkAnswered);
+    lastAnswerAt = now();
+    return answer;
+  };
+  let sawInputRequired = false;
+  const recorder = eventRecorder(holder.events);
+  const onEvent = (event) => {
+    recorder(event);
+    if (event.type === "task" && event.task.status === "input_required" && !sawInputRequired) {
+      sawInputRequired = true;
+      arm(checkAsked);
+    }
+  };
+  const dispose = () => {
+    for (const timer of timers) clearTimeout(timer);
+  };
+  return { onInputRequest, onEvent, signal: watchdog.signal, dispose };
+}
+
+// The handoff, in two halves. Session A (a new SDK client) starts the task, hands it off right after
+// tools/call created it (persisting the reference as JSON text) and closes; it records into
+// record.first (kept, if the scenario set it up before). Session B (another new SDK client and connection) resumes the persisted reference
+// and drives it to the end; it records into record.second and record.outcome.
+
+async function startAndHandOff(record, { tool, args, sessionOptions = {} }, signal) {
+  const first = await openSession("handoff-first", sessionOptions);
+  record.first = {
+    ...record.first,
+    connection: first.connection,
+    wire: first.wire,
+    notifications: first.notifications,
+    unroutedRequests: first.unroutedRequests,
+    backgroundErrors: first.backgroundErrors,
+  };
+  let persisted;
+  try {
+    const execution = await first.session.callTool(tool, args, { task: { preference: "require" }, signal });
+    record.first.kind = execution.kind;
+    record.taskId = execution.handle?.taskId ?? null;
+    // The first update is the task as tools/call created it.
+    const updates = execution.updates()[Symbol.asyncIterator]();
+    const created = await updates.next();
+    record.first.statusAtHandoff = created.value?.type === "task" ? created.value.task.status : null;
+    await updates.return?.();
+    await execution.handoff(async (reference) => {
+      persisted = JSON.stringify(reference);
+    });
+    // Handing off ends the local execution (without cancelling the remote task). Wait for that to
+    // settle before closing the session: session.close() right after handoff() still finds the
+    // execution unsettled and sends tasks/cancel for the task just handed off (package 0.2.2).
+    record.first.localOutcome = describeOutcome(await execution.result());
+  } finally {
+    // Closing the first session must not cancel the handed-off task.
+    await first.close();
+    record.first.closedAt = now();
+  }
+  record.reference = JSON.parse(persisted);
+  return persisted;
+}
+
+async function resumeHandedOff(record, persisted, { sessionOptions = {}, onEvent, settleSignal }, signal) {
+  const second = await openSession("handoff-second", sessionOptions);
+  record.second = {
+    ...record.second,
+    connection: second.connection,
+    wire: second.wire,
+    notifications: second.notifications,
+    unroutedRequests: second.unroutedRequests,
+    backgroundErrors: second.backgroundErrors,
+  };
+  try {
+    const execution = await second.session.resumeTask(JSON.parse(persisted), { signal });
+    record.second.kind = execution.kind;
+    record.second.taskId = execution.handle?.taskId ?? null;
+    record.second.events ??= [];
+    const { outcome } = await execution.settle({
+      onEvent: onEvent ?? eventRecorder(record.second.events),
+      signal: settleSignal ?? signal,
+    });
+    record.outcome = describeOutcome(outcome);
+  } catch (error) {
+    // Leave nothing waiting on the server: cancel the task this scenario resumed.
+    if (record.taskId) await second.session.task(record.taskId).cancel().catch(() => {});
+    throw error;
+  } finally {
+    await second.close();
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -339,52 +489,10 @@ const scenarios = {
   },
 
   async input(record, signal) {
-    record.questions = [];
-    // Two watchdogs give a stuck exchange its symptom (instead of the scenario timeout): once the task
-    // shows input_required, the input callback must be called within INPUT_GRACE_MS; once it answered,
-    // the task must leave input_required within INPUT_GRACE_MS of the last answer.
-    const watchdog = new AbortController();
-    const timers = new Set();
-    const arm = (check) => timers.add(setTimeout(check, INPUT_GRACE_MS));
-    const latestStatus = () => record.events?.findLast((event) => event.type === "task")?.status;
-    let lastAnswerAt;
-    const checkAsked = () => {
-      if (record.questions.length === 0)
-        watchdog.abort(
-          new Error(`the task showed input_required for ${INPUT_GRACE_MS}ms and the client's input callback was never called`),
-        );
-    };
-    const checkAnswered = () => {
-      if (now() - lastAnswerAt >= INPUT_GRACE_MS && latestStatus() === "input_required")
-        watchdog.abort(
-          new Error(
-            `the client answered ${record.questions.length} question(s), but ${INPUT_GRACE_MS}ms after the last ` +
-              "answer the task still showed input_required",
-          ),
-        );
-      else arm(checkAnswered);
-    };
+    const watch = inputWatch(record);
     const side = await taskScenario(record, {
       tool: "approve_release",
-      sessionOptions: {
-        onInputRequest: async (request, context) => {
-          const answer = answerFor(request);
-          record.questions.push({
-            t: now(),
-            kind: request.kind,
-            message: request.params?.message,
-            relatedTask: request.params?._meta?.["io.modelcontextprotocol/related-task"]?.taskId ?? null,
-            scope: context.scope,
-            delivery: context.delivery,
-            taskId: context.taskId ?? null,
-            inputId: context.inputId ?? null,
-            answer: answer.content,
-          });
-          if (lastAnswerAt === undefined) arm(checkAnswered);
-          lastAnswerAt = now();
-          return answer;
-        },
-      },
+      sessionOptions: { onInputRequest: watch.onInputRequest },
     });
     try {
       const execution = await side.session.callTool(
@@ -394,17 +502,10 @@ const scenarios = {
       );
       record.kind = execution.kind;
       record.taskId = execution.handle?.taskId ?? null;
-      record.events = [];
-      let sawInputRequired = false;
-      const recorder = eventRecorder(record.events);
-      const onEvent = (event) => {
-        recorder(event);
-        if (event.type === "task" && event.task.status === "input_required" && !sawInputRequired) {
-          sawInputRequired = true;
-          arm(checkAsked);
-        }
-      };
-      const { outcome, lastTask } = await execution.settle({ onEvent, signal: AbortSignal.any([signal, watchdog.signal]) });
+      const { outcome, lastTask } = await execution.settle({
+        onEvent: watch.onEvent,
+        signal: AbortSignal.any([signal, watch.signal]),
+      });
       record.outcome = describeOutcome(outcome);
       record.lastTask = describeTask(lastTask);
     } catch (error) {
@@ -412,7 +513,7 @@ const scenarios = {
       if (record.taskId) await side.session.task(record.taskId).cancel().catch(() => {});
       throw error;
     } finally {
-      for (const timer of timers) clearTimeout(timer);
+      watch.dispose();
       await side.close();
     }
   },
@@ -492,57 +593,50 @@ const scenarios = {
   },
 
   async handoff(record, signal) {
-    // Session A starts the task and hands it off (persisting the reference as JSON text).
-    const first = await openSession("handoff-first");
-    record.first = {
-      connection: first.connection,
-      wire: first.wire,
-      notifications: first.notifications,
-      backgroundErrors: first.backgroundErrors,
-    };
-    let persisted;
+    const persisted = await startAndHandOff(
+      record,
+      { tool: "handoff_job", args: { label: "nightly-report", seconds: 1.5 } },
+      signal,
+    );
+    await resumeHandedOff(record, persisted, {}, signal);
+  },
+
+  async handoff_input(record, signal) {
+    // As handoff, for a task that asks a question a second after it started: by then session A has
+    // handed it off and closed, so session B, which resumed it, must get the question through its
+    // input callback. Session A has an input callback too (recording what it gets, answering with a
+    // name the result would show), and any request the package cannot route lands in unroutedRequests.
+    record.first = { questions: [] };
+    const persisted = await startAndHandOff(
+      record,
+      {
+        tool: "handoff_approval",
+        args: { label: "quarterly-report" },
+        sessionOptions: {
+          onInputRequest: async (request, context) => {
+            const answer = { action: "accept", content: { reviewer: "session A" } };
+            record.first.questions.push(describeQuestion(request, context, answer));
+            return answer;
+          },
+        },
+      },
+      signal,
+    );
+    record.second = {};
+    const watch = inputWatch(record.second);
     try {
-      const execution = await first.session.callTool(
-        "handoff_job",
-        { label: "nightly-report", seconds: 1.5 },
-        { task: { preference: "require" }, signal },
+      await resumeHandedOff(
+        record,
+        persisted,
+        {
+          sessionOptions: { onInputRequest: watch.onInputRequest },
+          onEvent: watch.onEvent,
+          settleSignal: AbortSignal.any([signal, watch.signal]),
+        },
+        signal,
       );
-      record.first.kind = execution.kind;
-      record.taskId = execution.handle?.taskId ?? null;
-      // The first update is the task as tools/call created it.
-      const updates = execution.updates()[Symbol.asyncIterator]();
-      const created = await updates.next();
-      record.first.statusAtHandoff = created.value?.type === "task" ? created.value.task.status : null;
-      await updates.return?.();
-      await execution.handoff(async (reference) => {
-        persisted = JSON.stringify(reference);
-      });
-      // Handing off ends the local execution (without cancelling the remote task). Wait for that to
-      // settle before closing the session: session.close() right after handoff() still finds the
-      // execution unsettled and sends tasks/cancel for the task just handed off (package 0.2.2).
-      record.first.localOutcome = describeOutcome(await execution.result());
     } finally {
-      // Closing the first session must not cancel the handed-off task.
-      await first.close();
-    }
-    record.reference = JSON.parse(persisted);
-    // Session B (a new SDK client and connection) resumes it and drives it to the end.
-    const second = await openSession("handoff-second");
-    record.second = {
-      connection: second.connection,
-      wire: second.wire,
-      notifications: second.notifications,
-      backgroundErrors: second.backgroundErrors,
-    };
-    try {
-      const execution = await second.session.resumeTask(JSON.parse(persisted), { signal });
-      record.second.kind = execution.kind;
-      record.second.taskId = execution.handle?.taskId ?? null;
-      record.second.events = [];
-      const { outcome } = await execution.settle({ onEvent: eventRecorder(record.second.events), signal });
-      record.outcome = describeOutcome(outcome);
-    } finally {
-      await second.close();
+      watch.dispose();
     }
   },
 };
