@@ -197,7 +197,7 @@ def _build(settings: Settings) -> tuple[Runtime, Litestar]:
         on_startup=[runtime.start],
         on_shutdown=[runtime.stop],
         shim=runtime.shim,
-        ready=runtime.store.ping,
+        ready=runtime.ready,
     )
 
 
@@ -236,6 +236,7 @@ def _proxy(settings: Settings, upstream_url: str) -> int:
 
     from .http import create_app
     from .server import build_authenticator, build_codec
+    from .waits import WaitLimit
 
     upstream = HttpUpstream(upstream_url)
     sessions: SessionStore
@@ -244,9 +245,14 @@ def _proxy(settings: Settings, upstream_url: str) -> int:
     else:
         from migration.valkey_sessions import ValkeySessionStore
 
-        sessions = ValkeySessionStore(settings.valkey_url, prefix=settings.valkey_prefix)
+        sessions = ValkeySessionStore(
+            settings.valkey_url, prefix=settings.valkey_prefix, max_connections=settings.valkey_max_connections
+        )
     info = {"name": "ext-tasks-proxy", "version": _version()}
-    shim = LegacyShim(upstream, sessions, build_codec(settings, "ext-tasks-proxy"), ShimOptions(server_info=info))
+    options = ShimOptions(server_info=info, max_sessions=settings.max_sessions, keepalive_s=settings.keepalive_s)
+    shim = LegacyShim(
+        upstream, sessions, build_codec(settings, "ext-tasks-proxy"), options, waits=WaitLimit(settings.max_waits)
+    )
 
     async def close() -> None:
         await sessions.close()

@@ -32,6 +32,7 @@ class Settings:
     state_encrypt: bool = False
     audience: str | None = None
     max_body_bytes: int = 4 * 1024 * 1024
+    body_timeout_s: float = 30.0
     allowed_hosts: tuple[str, ...] = ()
     allowed_origins: tuple[str, ...] = ()
     cache_ttl_ms: int = 60_000
@@ -58,6 +59,11 @@ class Settings:
     state_single_use: bool = False
     poll_rate_limit: bool = False
     strict_headers: bool = False
+    max_stored_tasks: int = 10_000
+    max_sessions: int = 100
+    max_waits: int = 256
+    max_result_bytes: int = 1024 * 1024
+    valkey_max_connections: int = 64
 
     @property
     def bound_to_loopback(self) -> bool:
@@ -93,10 +99,21 @@ class Settings:
             raise ConfigError("EXT_TASKS_LOG_FORMAT must be json or text")
         return self
 
+    def _validate_caps(self) -> Settings:
+        for name in ("max_active_tasks", "max_stored_tasks", "max_sessions", "max_waits"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"EXT_TASKS_{name.upper()} must not be negative (0: no cap)")
+        if self.max_result_bytes < 1024 or self.valkey_max_connections < 4:
+            raise ConfigError(
+                "EXT_TASKS_MAX_RESULT_BYTES must be at least 1024 and EXT_TASKS_VALKEY_MAX_CONNECTIONS at least 4"
+            )
+        if self.body_timeout_s <= 0:
+            raise ConfigError("EXT_TASKS_BODY_TIMEOUT_S must be positive")
+        return self
+
     def _validate_limits(self) -> Settings:
         self._validate_choices()
-        if self.max_active_tasks < 0:
-            raise ConfigError("EXT_TASKS_MAX_ACTIVE_TASKS must not be negative (0: no cap)")
+        self._validate_caps()
         if self.state_ttl_s <= 0:
             raise ConfigError("EXT_TASKS_STATE_TTL_S must be positive")
         if self.max_body_bytes < 1024:
@@ -192,6 +209,7 @@ def settings_from_env(env: Mapping[str, str] | None = None) -> Settings:
         state_encrypt=_flag(env, "EXT_TASKS_STATE_ENCRYPT"),
         audience=env.get("EXT_TASKS_AUDIENCE") or None,
         max_body_bytes=_number(env, "EXT_TASKS_MAX_BODY_BYTES", defaults.max_body_bytes),
+        body_timeout_s=_number(env, "EXT_TASKS_BODY_TIMEOUT_S", defaults.body_timeout_s, float),
         allowed_hosts=_split(env.get("EXT_TASKS_ALLOWED_HOSTS", "")),
         allowed_origins=_split(env.get("EXT_TASKS_ALLOWED_ORIGINS", "")),
         cache_ttl_ms=_number(env, "EXT_TASKS_CACHE_TTL_MS", defaults.cache_ttl_ms),
@@ -218,4 +236,9 @@ def settings_from_env(env: Mapping[str, str] | None = None) -> Settings:
         state_single_use=_flag(env, "EXT_TASKS_STATE_SINGLE_USE"),
         poll_rate_limit=_flag(env, "EXT_TASKS_POLL_RATE_LIMIT"),
         strict_headers=_flag(env, "EXT_TASKS_STRICT_HEADERS"),
+        max_stored_tasks=_number(env, "EXT_TASKS_MAX_STORED_TASKS", defaults.max_stored_tasks),
+        max_sessions=_number(env, "EXT_TASKS_MAX_SESSIONS", defaults.max_sessions),
+        max_waits=_number(env, "EXT_TASKS_MAX_WAITS", defaults.max_waits),
+        max_result_bytes=_number(env, "EXT_TASKS_MAX_RESULT_BYTES", defaults.max_result_bytes),
+        valkey_max_connections=_number(env, "EXT_TASKS_VALKEY_MAX_CONNECTIONS", defaults.valkey_max_connections),
     )

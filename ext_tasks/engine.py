@@ -39,6 +39,7 @@ from .protocol.versions import META_SERVER_INFO, META_SUBSCRIPTION_ID
 from .protocol.wire import ListenParams, validate_params
 from .task_methods import TaskMethods, require_tasks_extension
 from .tools import ChangeKind, ToolRegistry
+from .waits import WaitLimit
 
 logger = logging.getLogger("ext_tasks.engine")
 
@@ -100,11 +101,13 @@ class Engine:
         options: EngineOptions | None = None,
         *,
         tasks: TaskMethods | None = None,
+        waits: WaitLimit | None = None,
     ) -> None:
         self.options = options or EngineOptions()
         self.registry = registry
         self.tasks = tasks
-        self.hub = ChangeHub(tasks.store.task_events if tasks is not None else None)
+        self.waits = waits or WaitLimit()
+        self.hub = ChangeHub(tasks.store.task_events, tasks.event_of) if tasks is not None else ChangeHub()
         cache = CacheOptions(self.options.cache_ttl_ms, self.options.cache_scope)
         self.core = CoreMethods(registry, codec, cache, tasks)
         self._handlers = self.core.table()
@@ -228,7 +231,7 @@ class Engine:
     # --- subscriptions/listen ---------------------------------------------------------------------
 
     async def _listen(self, request: Request, envelope: Envelope, principal: Principal) -> StreamReply:
-        params = validate_params(ListenParams, request.params)
+        params = validate_params(ListenParams, request.params)  # caps the ids and URIs one listen may name
         wanted = params.notifications
         honored: dict[str, Any] = {}
         for kind in ("tools", "prompts", "resources"):
@@ -236,17 +239,19 @@ class Engine:
             if getattr(wanted, f"{kind}_list_changed"):
                 honored[flag] = True
         if wanted.resource_subscriptions:
-            honored["resourceSubscriptions"] = list(wanted.resource_subscriptions)
+            honored["resourceSubscriptions"] = list(dict.fromkeys(wanted.resource_subscriptions))
         if wanted.task_ids is not None:
             require_tasks_extension(envelope)  # -32021 before any stream opens
         if wanted.task_ids is not None and self.tasks is not None:
             # A server without tasks acknowledges the rest and leaves taskIds out: nothing to watch.
             # Only the caller's own tasks are honored; others are left out of the acknowledgement
             # exactly like ids that do not exist.
-            honored["taskIds"] = [
-                task_id for task_id in dict.fromkeys(wanted.task_ids) if await self.tasks.owns(task_id, principal)
-            ]
-        return StreamReply(self._subscription(request.id, honored, principal))
+            honored["taskIds"] = await self.tasks.owned(list(dict.fromkeys(wanted.task_ids)), principal)
+        stream = self._subscription(request.id, honored, principal)
+        # The acknowledgement comes once the stream holds its place among the caller's waits and its
+        # subscriptions are live: a refusal (429) or a store failure (503) is still the HTTP answer.
+        first = await anext(stream)
+        return StreamReply(_chain(first, stream))
 
     async def _subscription(
         self, subscription_id: RequestId, honored: dict[str, Any], principal: Principal
@@ -254,28 +259,45 @@ class Engine:
         meta = {META_SUBSCRIPTION_ID: subscription_id}
         watched = set(honored.get("resourceSubscriptions", ()))
         task_ids = frozenset(honored.get("taskIds", ()))
-        async with self.hub.subscribe(task_ids) as events:
-            yield notification_message(
-                "notifications/subscriptions/acknowledged", {"_meta": meta, "notifications": honored}
-            )
-            while True:
-                try:
-                    event = await asyncio.wait_for(events.get(), timeout=self.options.keepalive_s)
-                except TimeoutError:
-                    yield None
-                    continue
-                if ChangeHub.is_closing(event):
-                    yield self._result(subscription_id, {"resultType": "complete", "_meta": dict(meta)})
-                    return
-                if event.kind in _LIST_CHANGED and honored.get(_LIST_CHANGED[event.kind][0]):
-                    yield notification_message(_LIST_CHANGED[event.kind][1], {"_meta": dict(meta)})
-                elif event.kind == "resource" and event.uri in watched:
-                    yield notification_message(
-                        "notifications/resources/updated", {"_meta": dict(meta), "uri": event.uri}
-                    )
-                elif event.kind == "task" and event.task is not None and event.task.get("owner") == principal.id:
-                    # The full DetailedTask, as tasks/get would show it at that commit (ext spec §3.9).
-                    yield notification_message("notifications/tasks", {**event.task["task"], "_meta": dict(meta)})
+        with self.waits.hold(principal.id):
+            async with self.hub.subscribe(task_ids) as events:
+                yield notification_message(
+                    "notifications/subscriptions/acknowledged", {"_meta": meta, "notifications": honored}
+                )
+                while True:
+                    try:
+                        event = await asyncio.wait_for(events.get(), timeout=self.options.keepalive_s)
+                    except TimeoutError:
+                        yield None
+                        continue
+                    if ChangeHub.is_closing(event):
+                        yield self._result(subscription_id, {"resultType": "complete", "_meta": dict(meta)})
+                        return
+                    notification = self._notification(event, honored, watched, principal)
+                    if notification is not None:
+                        yield {**notification, "params": {**notification["params"], "_meta": dict(meta)}}
+
+    @staticmethod
+    def _notification(
+        event: ChangeEvent, honored: dict[str, Any], watched: set[str], principal: Principal
+    ) -> Message | None:
+        if event.kind in _LIST_CHANGED and honored.get(_LIST_CHANGED[event.kind][0]):
+            return notification_message(_LIST_CHANGED[event.kind][1], {})
+        if event.kind == "resource" and event.uri in watched:
+            return notification_message("notifications/resources/updated", {"uri": event.uri})
+        if event.kind == "task" and event.task is not None and event.task.get("owner") == principal.id:
+            # The full DetailedTask, as tasks/get would show it at that commit (ext spec §3.9).
+            return notification_message("notifications/tasks", dict(event.task["task"]))
+        return None
+
+
+async def _chain(first: StreamItem, rest: AsyncIterator[StreamItem]) -> AsyncIterator[StreamItem]:
+    try:
+        yield first
+        async for item in rest:
+            yield item
+    finally:
+        await rest.aclose()  # type: ignore[attr-defined]
 
 
 async def _drop(method: str, params: dict[str, Any]) -> None:

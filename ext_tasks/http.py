@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from typing import Any, Final, cast
+from typing import Any, Final, TypeVar, cast
 from urllib.parse import urlsplit
 
 from litestar import Litestar, Request, Response, asgi, get
@@ -35,8 +35,9 @@ Scope = Mapping[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
+T = TypeVar("T")
+
 JSON: Final = "application/json"
-_SSE_HEADERS: Final = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 _KEEPALIVE: Final = b": keepalive\n\n"
 _READY_TIMEOUT_S: Final = 2.0
 
@@ -170,6 +171,7 @@ class McpEndpoint:
         self.engine = engine
         self.policy = OriginPolicy(settings)
         self.limit = settings.max_body_bytes
+        self.body_timeout_s = settings.body_timeout_s
         self.authenticator = authenticator
         self.shim = shim
 
@@ -194,22 +196,29 @@ class McpEndpoint:
             if content_type != JSON:
                 raise InvalidRequest(f"Invalid Request: Content-Type must be {JSON}")
             caller = self._caller(headers)
-            body = await _read_body(receive, headers, self.limit)
+            body = await _read_body(receive, headers, self.limit, self.body_timeout_s)
         except ProtocolError as exc:
             await _send_error(send, exc)
             return
         except _Disconnected:
             return
-        if self.shim is not None and classify(headers, body) == "legacy":
-            await _send_legacy(send, receive, await self.shim.post(body, headers, caller))
-            return
-        reply = await self.engine.handle(body, headers, caller.principal)
-        if isinstance(reply, StreamReply):
-            await _send_stream(send, receive, reply.items, [])
-        elif reply.message is None:
-            await _send(send, 202, b"", [])
-        else:
-            await _send(send, reply.status, encode(reply.message), [_JSON_TYPE, *_encoded(reply.headers)])
+        # From the last byte of the body on, the client going away ends whatever its request holds
+        # (a tool run, a legacy tasks/result wait), even before the first byte of the answer.
+        async with _watching_disconnect(receive) as gone:
+            if self.shim is not None and classify(headers, body) == "legacy":
+                legacy = await _unless_gone(gone, self.shim.post(body, headers, caller))
+                if legacy is not None:
+                    await _send_legacy(send, gone, legacy)
+                return
+            reply = await _unless_gone(gone, self.engine.handle(body, headers, caller.principal))
+            if reply is None:
+                return
+            if isinstance(reply, StreamReply):
+                await _send_stream(send, gone, reply.items, [])
+            elif reply.message is None:
+                await _send(send, 202, b"", [])
+            else:
+                await _send(send, reply.status, encode(reply.message), [_JSON_TYPE, *_encoded(reply.headers)])
 
     async def _session(self, method: str, headers: dict[str, list[str]], receive: Receive, send: Send) -> None:
         assert self.shim is not None
@@ -219,8 +228,43 @@ class McpEndpoint:
         except ProtocolError as exc:
             await _send_error(send, exc)
             return
-        reply = await (self.shim.get(headers, caller) if method == "GET" else self.shim.delete(headers, caller))
-        await _send_legacy(send, receive, reply)
+        async with _watching_disconnect(receive) as gone:
+            answer = self.shim.get(headers, caller) if method == "GET" else self.shim.delete(headers, caller)
+            reply = await _unless_gone(gone, answer)
+            if reply is not None:
+                await _send_legacy(send, gone, reply)
+
+
+class BodyTimeout(InvalidRequest):
+    """The request body did not arrive in time: the connection is closed (HTTP 408)."""
+
+    http_status = 408
+
+    def http_headers(self) -> dict[str, str]:
+        return {"Connection": "close"}
+
+
+@contextlib.asynccontextmanager
+async def _watching_disconnect(receive: Receive) -> AsyncIterator[asyncio.Future[None]]:
+    """A future that completes when the client disconnects (the one reader of ``receive`` from now on)."""
+    gone = asyncio.ensure_future(_disconnect(receive))
+    try:
+        yield gone
+    finally:
+        gone.cancel()
+
+
+async def _unless_gone(gone: asyncio.Future[None], answer: Awaitable[T]) -> T | None:
+    """``answer``'s result, or ``None`` (and ``answer`` cancelled) if the client disconnects first."""
+    work = asyncio.ensure_future(answer)
+    racing: list[asyncio.Future[Any]] = [work, gone]
+    await asyncio.wait(racing, return_when=asyncio.FIRST_COMPLETED)
+    if work.done():
+        return work.result()
+    work.cancel()
+    with contextlib.suppress(BaseException):
+        await work
+    return None
 
 
 _JSON_TYPE: Final = (b"content-type", b"application/json")
@@ -231,23 +275,29 @@ _SSE_START: Final = [
 ]
 
 
-async def _read_body(receive: Receive, headers: dict[str, list[str]], limit: int) -> bytes:
+async def _read_body(receive: Receive, headers: dict[str, list[str]], limit: int, timeout_s: float) -> bytes:
+    """The whole body, within ``limit`` bytes and ``timeout_s`` seconds (a client that stalls mid-body
+    does not keep its connection and coroutine for good)."""
     declared = headers.get("content-length")
     if declared and declared[0].strip().isdigit() and int(declared[0]) > limit:
         raise BodyTooLarge(f"Request body too large: the limit is {limit} bytes")
     chunks: list[bytes] = []
     size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise _Disconnected
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise BodyTooLarge(f"Request body too large: the limit is {limit} bytes")
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
+    try:
+        async with asyncio.timeout(timeout_s):
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    raise _Disconnected
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > limit:
+                    raise BodyTooLarge(f"Request body too large: the limit is {limit} bytes")
+                chunks.append(chunk)
+                if not message.get("more_body", False):
+                    return b"".join(chunks)
+    except TimeoutError:
+        raise BodyTimeout(f"Request Timeout: the body did not arrive within {timeout_s:g}s") from None
 
 
 async def _send(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
@@ -265,10 +315,10 @@ def _encoded(headers: Mapping[str, str]) -> list[tuple[bytes, bytes]]:
     return [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()]
 
 
-async def _send_legacy(send: Send, receive: Receive, reply: LegacyReply) -> None:
+async def _send_legacy(send: Send, gone: asyncio.Future[None], reply: LegacyReply) -> None:
     headers = _encoded(reply.headers)
     if reply.stream is not None:
-        await _send_stream(send, receive, reply.stream, headers)
+        await _send_stream(send, gone, reply.stream, headers)
     elif reply.message is None:
         await _send(send, reply.status, b"", headers)
     else:
@@ -276,16 +326,16 @@ async def _send_legacy(send: Send, receive: Receive, reply: LegacyReply) -> None
 
 
 async def _send_stream(
-    send: Send, receive: Receive, items: AsyncIterator[StreamItem], headers: list[tuple[bytes, bytes]]
+    send: Send, disconnected: asyncio.Future[None], items: AsyncIterator[StreamItem], headers: list[tuple[bytes, bytes]]
 ) -> None:
     """An SSE response. The client closing it is how a 2026-07-28 client cancels: the item source is
     closed at once (which stops the work behind it), even while it is waiting for its next item."""
     await send({"type": "http.response.start", "status": 200, "headers": [*_SSE_START, *headers]})
-    disconnected = asyncio.ensure_future(_disconnect(receive))
     try:
         while True:
             following = asyncio.ensure_future(anext(items, _END))
-            await asyncio.wait({following, disconnected}, return_when=asyncio.FIRST_COMPLETED)
+            racing: list[asyncio.Future[Any]] = [following, disconnected]
+            await asyncio.wait(racing, return_when=asyncio.FIRST_COMPLETED)
             if not following.done():
                 following.cancel()
                 return
@@ -298,7 +348,6 @@ async def _send_stream(
     except OSError:
         return  # the connection broke while we were writing
     finally:
-        disconnected.cancel()
         with contextlib.suppress(Exception):
             await items.aclose()  # type: ignore[attr-defined]
 

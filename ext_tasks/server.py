@@ -15,11 +15,13 @@ from migration.upstream import EngineUpstream
 from .auth import AnonymousAuthenticator, Authenticator, BearerTokenAuthenticator
 from .config import ConfigError, Settings
 from .engine import Engine, EngineOptions
+from .protocol.errors import Busy
 from .protocol.resume import ResumeCodec
 from .store.base import TaskStore, TaskStoreUnavailable
 from .store.memory import MemoryTaskStore
 from .task_methods import TaskMethods, TaskOptions
 from .tools import ToolRegistry
+from .waits import WaitLimit
 from .worker import Worker, WorkerOptions
 
 logger = logging.getLogger("ext_tasks.server")
@@ -63,10 +65,14 @@ def build_store(settings: Settings) -> TaskStore:
         return MemoryTaskStore()
     from .store.valkey import ValkeyTaskStore
 
-    return ValkeyTaskStore(settings.valkey_url, prefix=settings.valkey_prefix)
+    return ValkeyTaskStore(
+        settings.valkey_url, prefix=settings.valkey_prefix, max_connections=settings.valkey_max_connections
+    )
 
 
-def build_engine(registry: ToolRegistry, settings: Settings, store: TaskStore) -> Engine:
+def build_engine(
+    registry: ToolRegistry, settings: Settings, store: TaskStore, waits: WaitLimit | None = None
+) -> Engine:
     codec = build_codec(settings, settings.audience or registry.name)
     options = EngineOptions(
         cache_ttl_ms=settings.cache_ttl_ms,
@@ -83,9 +89,11 @@ def build_engine(registry: ToolRegistry, settings: Settings, store: TaskStore) -
         sensitive_grace_ms=settings.sensitive_grace_ms,
         idempotency_window_ms=settings.idempotency_window_s * 1000,
         max_active_per_principal=settings.max_active_tasks,
+        max_stored_per_principal=settings.max_stored_tasks,
         poll_rate_limit=settings.poll_rate_limit,
     )
-    engine = Engine(registry, codec, options, tasks=TaskMethods(store, task_options))
+    waits = waits or WaitLimit(settings.max_waits)
+    engine = Engine(registry, codec, options, tasks=TaskMethods(store, task_options), waits=waits)
     if settings.state_single_use:
         engine.core.claim_once = store.claim
     return engine
@@ -93,7 +101,10 @@ def build_engine(registry: ToolRegistry, settings: Settings, store: TaskStore) -
 
 def build_worker(registry: ToolRegistry, settings: Settings, store: TaskStore) -> Worker:
     options = WorkerOptions(
-        concurrency=settings.run_concurrency, lease_s=settings.lease_s, max_attempts=settings.max_attempts
+        concurrency=settings.run_concurrency,
+        lease_s=settings.lease_s,
+        max_attempts=settings.max_attempts,
+        max_result_bytes=settings.max_result_bytes,
     )
     return Worker(store, registry, options)
 
@@ -106,13 +117,17 @@ def build_shim(engine: Engine, settings: Settings) -> tuple[LegacyShim, SessionS
     else:
         from migration.valkey_sessions import ValkeySessionStore
 
-        sessions = ValkeySessionStore(settings.valkey_url, prefix=settings.valkey_prefix)
+        sessions = ValkeySessionStore(
+            settings.valkey_url, prefix=settings.valkey_prefix, max_connections=settings.valkey_max_connections
+        )
     options = ShimOptions(
         server_info={"name": engine.registry.name, "version": engine.registry.version},
         instructions=engine.registry.instructions,
         keepalive_s=settings.keepalive_s,
+        max_sessions=settings.max_sessions,
     )
-    return LegacyShim(EngineUpstream(engine), sessions, engine.core.codec, options), sessions
+    shim = LegacyShim(EngineUpstream(engine), sessions, engine.core.codec, options, waits=engine.waits)
+    return shim, sessions
 
 
 class Runtime:
@@ -152,6 +167,13 @@ class Runtime:
             if self.worker is not None:
                 await self.worker.start()
             return
+
+    async def ready(self) -> None:
+        """Raise unless this process can do its work: the store answers, and the task workers it should
+        run are running (a worker loop that died is started again; meanwhile the process is not ready)."""
+        await self.store.ping()
+        if self.worker is not None and not self.worker.healthy:
+            raise Busy("task workers are not running")
 
     async def stop(self) -> None:
         if self._opening is not None:

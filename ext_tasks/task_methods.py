@@ -17,7 +17,7 @@ import math
 import random
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -29,6 +29,7 @@ from .protocol.resume import digest_arguments
 from .protocol.states import TaskStatus
 from .protocol.tasks import (
     EXTENSION_ID,
+    META_STATUS_ONLY,
     TaskRecord,
     answers_merged,
     attempts_meta,
@@ -36,10 +37,20 @@ from .protocol.tasks import (
     delivered,
     detailed_task_wire,
     poll_interval,
+    status_only_wire,
     task_wire,
 )
+from .protocol.tasks import task_event as store_event
 from .protocol.wire import parse_input_responses
-from .store.base import ActiveLimit, ExistingTask, Expired, IdempotencyClaim, TaskStore, TooManyActiveTasks
+from .store.base import (
+    ActiveLimit,
+    ExistingTask,
+    Expired,
+    IdempotencyClaim,
+    TaskStore,
+    TooManyActiveTasks,
+    TooManyStoredTasks,
+)
 from .tools import Tool
 
 logger = logging.getLogger("ext_tasks.lifecycle")
@@ -62,6 +73,8 @@ class TaskOptions:
     idempotency_window_ms: int = 86_400_000
     #: Unfinished tasks one principal may have at once (0: no cap).
     max_active_per_principal: int = 1_000
+    #: Tasks one principal may have kept at once, in any status, until they expire (0: no cap).
+    max_stored_per_principal: int = 10_000
     #: Refuse (429) a ``tasks/get`` sooner than half the advertised ``pollIntervalMs`` after the last one.
     poll_rate_limit: bool = False
 
@@ -171,15 +184,23 @@ class TaskMethods:
                 # The key never outlives the task it names.
                 window_ms=min(self.options.idempotency_window_ms, ttl_ms),
             )
-        cap = self.options.max_active_per_principal
+        cap, stored_cap = self.options.max_active_per_principal, self.options.max_stored_per_principal
+        limit = ActiveLimit(cap, now, stored_cap) if cap > 0 or stored_cap > 0 else None
         try:
-            existing = await self.store.create(record, claim, ActiveLimit(cap, now) if cap > 0 else None)
+            existing = await self.store.create(record, claim, limit)
         except TooManyActiveTasks:
             raise LimitExceeded(
                 f"Too many unfinished tasks for this caller (the limit is {cap}); wait for some to finish",
                 limit="max_active_tasks",
                 # Tasks take a while to finish: suggest the slowest poll cadence as the wait.
                 retry_after_s=math.ceil(self.options.poll_max_ms / 1000),
+            ) from None
+        except TooManyStoredTasks:
+            raise LimitExceeded(
+                f"Too many stored tasks for this caller (the limit is {stored_cap}, in any status, until they "
+                "expire); wait for some to expire",
+                limit="max_stored_tasks",
+                retry_after_s=60,
             ) from None
         if existing is not None:
             assert claim is not None
@@ -212,9 +233,16 @@ class TaskMethods:
         # Another principal's task answers exactly like one that never existed.
         raise InvalidParams("Failed to retrieve task: Task not found")
 
-    async def owns(self, task_id: str, principal: Principal) -> bool:
+    async def event_of(self, task_id: str) -> dict[str, Any] | None:
+        """The task as its store event would show it now (``None`` if it is gone), for listeners that
+        catch up after missing events."""
         found = await self.store.lookup(task_id)
-        return isinstance(found, TaskRecord) and found.owner == principal.id
+        return store_event(found) if isinstance(found, TaskRecord) else None
+
+    async def owned(self, task_ids: Sequence[str], principal: Principal) -> list[str]:
+        """Those of ``task_ids`` that are live tasks of ``principal`` (one store round trip)."""
+        owners = await self.store.owners(task_ids)
+        return [task_id for task_id in task_ids if owners.get(task_id) == principal.id]
 
     async def get(self, params: Mapping[str, Any], envelope: Envelope, principal: Principal) -> Result:
         record = await self._find(params, envelope, principal)
@@ -227,6 +255,8 @@ class TaskMethods:
                     limit="poll_rate",
                     retry_after_s=math.ceil(interval / 2000),
                 )
+        if params["_meta"].get(META_STATUS_ONLY) is True:
+            return {"resultType": "complete", **status_only_wire(record, now), "_meta": attempts_meta(record)}
         shrunk = delivered(record, now, self.options.sensitive_grace_ms)
         if shrunk is not None:
             # The outcome is handed out for the first time: a sensitive one has what is left of its life

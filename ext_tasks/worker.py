@@ -23,8 +23,11 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Final
+
+import msgspec
 
 from .auth import Principal
 from .context import Context, InputRequired, missing_capabilities
@@ -41,6 +44,7 @@ from .tools import ToolRegistry
 
 logger = logging.getLogger("ext_tasks.worker")
 
+_encoder: Final = msgspec.json.Encoder()
 _OUTCOME_EVENTS = {
     TaskStatus.COMPLETED: "task.completed",
     TaskStatus.FAILED: "task.failed",
@@ -54,6 +58,10 @@ class WorkerOptions:
     lease_s: float = 10.0
     max_attempts: int = 3
     block_ms: int = 1000
+    #: The largest tool result a task may keep (encoded JSON); a larger one ends the task ``failed``.
+    max_result_bytes: int = 1024 * 1024
+    #: Pause before a loop that died is started again.
+    restart_pause_s: float = 1.0
 
 
 def _now_ms() -> int:
@@ -79,16 +87,39 @@ class Worker:
         #: still acknowledging, and the next run that an answer queued).
         self._running: dict[str, tuple[Run, asyncio.Task[None]]] = {}
         self._loops: list[asyncio.Task[None]] = []
+        self._down: set[str] = set()
         self._stopping = asyncio.Event()
 
     # --- lifecycle --------------------------------------------------------------------------------
 
     async def start(self) -> None:
         self._loops = [
-            asyncio.create_task(self._take_runs(), name="ext-tasks-take-runs"),
-            asyncio.create_task(self._heartbeats(), name="ext-tasks-heartbeats"),
-            asyncio.create_task(self._listen_for_cancellations(), name="ext-tasks-cancellations"),
+            asyncio.create_task(self._supervised("take-runs", self._take_runs), name="ext-tasks-take-runs"),
+            asyncio.create_task(self._supervised("heartbeats", self._heartbeats), name="ext-tasks-heartbeats"),
+            asyncio.create_task(
+                self._supervised("cancellations", self._listen_for_cancellations), name="ext-tasks-cancellations"
+            ),
         ]
+
+    @property
+    def healthy(self) -> bool:
+        """Every loop of a started worker is running (none is dead or waiting to be started again)."""
+        return bool(self._loops) and not self._down and all(not loop.done() for loop in self._loops)
+
+    async def _supervised(self, name: str, loop: Callable[[], Awaitable[None]]) -> None:
+        """Run ``loop`` for as long as the worker runs: one that dies, for any reason, is logged and
+        started again, so a store that came back empty (or any bug) never leaves tasks queued forever."""
+        while not self._stopping.is_set():
+            try:
+                await loop()
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                self._down.add(name)
+                logger.exception("worker loop %s died; starting it again in %gs", name, self.options.restart_pause_s)
+                await asyncio.sleep(self.options.restart_pause_s)
+                self._down.discard(name)
 
     async def stop(self, grace_s: float = 10.0) -> None:
         """Take no new runs; let running ones finish within ``grace_s``; give the rest back to the queue."""
@@ -234,6 +265,14 @@ class Worker:
         except ProtocolError as exc:
             return failed(holder.record, exc.to_error(), self._clock_ms())
         result["resultType"] = "complete"
+        size = len(_encoder.encode(result))
+        if size > self.options.max_result_bytes:
+            logger.warning("tool %s returned %d bytes for task %s: too large to keep", tool.name, size, record.task_id)
+            error = InternalError(
+                f"The tool's result is too large to keep ({size} bytes; the limit is "
+                f"{self.options.max_result_bytes}, EXT_TASKS_MAX_RESULT_BYTES)"
+            )
+            return failed(holder.record, error.to_error(), self._clock_ms())
         return completed(holder.record, result, self._clock_ms())
 
     async def _commit(self, base: TaskRecord, outcome: TaskRecord) -> TaskRecord | None:

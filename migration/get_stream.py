@@ -1,6 +1,8 @@
 """A legacy session's GET stream: what the session is told without asking, from whichever instance.
 
 * messages published to the session (``{"kind": "notification"}`` on the session bus);
+* list changes (tools, prompts, resources) and updates of the resources the session subscribed to
+  (``resources/subscribe``), as ``initialize`` advertises;
 * for the tasks the session created: ``notifications/tasks/status`` on every change, and their
   questions as server→client requests (with the ``related-task`` ``_meta``). 2025-11-25 clients must
   expect task messages on any stream; some (the official TypeScript tasks client) take a task's
@@ -26,7 +28,7 @@ from ext_tasks.protocol.jsonrpc import notification_message
 
 from .legacy_tasks import LegacyTasks, StreamQuestions
 from .sessions import LegacySession, SessionStore
-from .translate import legacy_task
+from .translate import legacy_notification, legacy_task
 from .upstream import Caller, ModernCall, ModernUpstream
 
 Message = dict[str, Any]
@@ -35,6 +37,17 @@ ModernFor = Callable[..., ModernCall]
 #: How many of its newest tasks a session's GET stream follows, and how many it reads when it opens.
 WATCHED_TASKS: Final = 1_000
 SNAPSHOT_TASKS: Final = 100
+_LIST_FLAGS: Final = ("toolsListChanged", "promptsListChanged", "resourcesListChanged")
+#: Notifications of the modern subscription that the legacy stream passes on (translated).
+_CHANGES: Final = frozenset(
+    {
+        "notifications/tools/list_changed",
+        "notifications/prompts/list_changed",
+        "notifications/resources/list_changed",
+        "notifications/resources/updated",
+    }
+)
+_FOLLOWED: Final = _CHANGES | {"notifications/tasks"}
 
 
 class GetStream:
@@ -98,6 +111,19 @@ class GetStream:
             return []
         if message.get("kind") == "notification":
             return [message["message"]]
+        if message.get("kind") in ("resubscribe", "reconnected"):
+            # The session's resource subscriptions changed, or the bus was down (an announcement of a
+            # new task may be lost): read the session again and renew the subscription.
+            session = await self._sessions.load(self.session.session_id)
+            if session is not None:
+                self.session = session
+            watched = await self._sessions.list_tasks(self.session.watch_scope, 0, WATCHED_TASKS)
+            self._unread.extend(task_id for task_id in watched if task_id not in set(self._watched))
+            self._watched = watched
+            self._follow()
+            return []
+        if message.get("method") in _CHANGES:
+            return [legacy_notification(message)]
         if message.get("kind") == "response":
             answered = self._questions.relay.answer(message)
             if answered is not None:
@@ -157,16 +183,19 @@ class GetStream:
         self._generation += 1
         generation, task_ids = self._generation, sorted(set(self._watched))
 
+        wanted: dict[str, Any] = dict.fromkeys(_LIST_FLAGS, True)
+        if self.session.subscriptions:
+            wanted["resourceSubscriptions"] = list(self.session.subscriptions)
+        if task_ids:
+            wanted["taskIds"] = task_ids
+
         async def watch() -> None:
-            if not task_ids:
-                return
-            params = {"notifications": {"taskIds": task_ids}}
-            listen = self._modern(self.session, "subscriptions/listen", params, tasks=True)
-            with contextlib.suppress(ProtocolError):  # an upstream without task notifications: none to relay
+            listen = self._modern(self.session, "subscriptions/listen", {"notifications": wanted}, tasks=True)
+            with contextlib.suppress(ProtocolError):  # an upstream that cannot listen: nothing to relay
                 async for message in self._upstream.send(listen, self.caller):
-                    if message.get("method") == "notifications/tasks":
-                        await self._changes.put(message)
-                    elif message.get("method") == "notifications/subscriptions/acknowledged":
+                    if message.get("method") == "notifications/subscriptions/acknowledged":
                         await self._changes.put({"live": generation})
+                    elif message.get("method") in _FOLLOWED:
+                        await self._changes.put(message)
 
         self._watch = asyncio.create_task(watch(), name="ext-tasks-legacy-task-watch")

@@ -11,13 +11,15 @@ import contextlib
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Final
 
 from ext_tasks.protocol.errors import InvalidParams, ProtocolError
 from ext_tasks.protocol.jsonrpc import Request, notification_message, result_message
 from ext_tasks.protocol.resume import Binding, ResumeCodec
+from ext_tasks.protocol.tasks import META_STATUS_ONLY
+from ext_tasks.waits import WaitLimit
 
 from .sessions import LegacySession, SessionStore
 from .translate import (
@@ -169,11 +171,14 @@ class LegacyTasks:
     """``modern(session, method, params, tasks=...)`` builds a 2026-07-28 call for a session and
     ``final(call, caller)`` sends it and returns its response (both the shim's)."""
 
-    def __init__(self, sessions: SessionStore, codec: ResumeCodec, modern: ModernFor, final: SendForResponse) -> None:
+    def __init__(
+        self, sessions: SessionStore, codec: ResumeCodec, modern: ModernFor, final: SendForResponse, waits: WaitLimit
+    ) -> None:
         self.sessions = sessions
         self.codec = codec
         self._modern = modern
         self._final = final
+        self._waits = waits
 
     async def inline_as_task(self, session: LegacySession, params: Mapping[str, Any], result: Message) -> Message:
         now = _iso_now()
@@ -202,13 +207,18 @@ class LegacyTasks:
         if await self.sessions.index_task(session.watch_scope, task_id, _now_ms()):
             await self.sessions.publish(session.session_id, {"kind": "watch", "taskId": task_id})
 
-    async def task(self, session: LegacySession, task_id: str, caller: Caller) -> Message:
+    async def task(self, session: LegacySession, task_id: str, caller: Caller, *, outcome: bool = False) -> Message:
+        """The modern ``DetailedTask``. Only ``outcome=True`` (``tasks/result``, which hands the outcome
+        out) counts as delivering it; a status read leaves a sensitive task's lifetime alone."""
         if task_id.startswith(_SHIM_TASK_PREFIX):
             own = await self.sessions.load_task(task_id)
             if own is None or own.get("scope") != session.task_scope:
                 raise InvalidParams("Failed to retrieve task: Task not found")
             return {key: value for key, value in own.items() if key != "scope"}
-        final = await self._final(self._modern(session, "tasks/get", {"taskId": task_id}, tasks=True), caller)
+        call = self._modern(session, "tasks/get", {"taskId": task_id}, tasks=True)
+        if not outcome:
+            call = replace(call, extra_meta={**call.extra_meta, META_STATUS_ONLY: True})
+        final = await self._final(call, caller)
         if "error" in final:
             raise RelayedError(final["error"])
         return result_of(final)
@@ -228,28 +238,30 @@ class LegacyTasks:
         task_id = required_string(request.params, "taskId")
         last_status: str | None = None
         questions = StreamQuestions(self.sessions, session.session_id)
-        async with self.sessions.subscribe(session.session_id) as inbox:
-            try:
-                while True:
-                    task = await self.task(session, task_id, caller)
-                    cancelled = await self.sessions.was_cancelled(task_id)
-                    legacy = legacy_task(task, cancelled_by_legacy=cancelled)
-                    if legacy["status"] != last_status and last_status is not None:
-                        yield notification_message("notifications/tasks/status", legacy)
-                    last_status = legacy["status"]
-                    if cancelled or task["status"] in TERMINAL:
-                        kind, payload = task_outcome({**task, "status": "cancelled"} if cancelled else task)
-                        if kind == "result":
-                            yield result_message(request.id, payload)
-                        else:
-                            yield {"jsonrpc": "2.0", "id": request.id, "error": payload}
-                        return
-                    for outgoing in await questions.ask(task):
-                        yield outgoing
-                    await questions.keep()
-                    await self._answer_or_wait(session, caller, inbox, questions.relay, task.get("pollIntervalMs"))
-            finally:
-                await questions.close()
+        with self._waits.hold(caller.principal.id):
+            async with self.sessions.subscribe(session.session_id) as inbox:
+                try:
+                    while True:
+                        task = await self.task(session, task_id, caller, outcome=True)
+                        cancelled = await self.sessions.was_cancelled(task_id)
+                        legacy = legacy_task(task, cancelled_by_legacy=cancelled)
+                        if legacy["status"] != last_status and last_status is not None:
+                            yield notification_message("notifications/tasks/status", legacy)
+                        last_status = legacy["status"]
+                        if cancelled or task["status"] in TERMINAL:
+                            kind, payload = task_outcome({**task, "status": "cancelled"} if cancelled else task)
+                            if kind == "result":
+                                yield result_message(request.id, payload)
+                            else:
+                                yield {"jsonrpc": "2.0", "id": request.id, "error": payload}
+                            return
+                        for outgoing in await questions.ask(task):
+                            yield outgoing
+                        await questions.keep()
+                        poll_ms = task.get("pollIntervalMs")
+                        await self._answer_or_wait(session, caller, inbox, questions.relay, poll_ms)
+                finally:
+                    await questions.close()
 
     async def _answer_or_wait(
         self, session: LegacySession, caller: Caller, inbox: asyncio.Queue[Message], relay: Relay, poll_ms: object

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -24,9 +25,11 @@ from typing import Any, Final
 
 from ext_tasks.protocol.envelope import LOG_LEVELS
 from ext_tasks.protocol.errors import (
+    Busy,
     InternalError,
     InvalidParams,
     InvalidRequest,
+    LimitExceeded,
     MethodNotFound,
     ProtocolError,
 )
@@ -40,10 +43,11 @@ from ext_tasks.protocol.jsonrpc import (
 )
 from ext_tasks.protocol.resume import ResumeCodec
 from ext_tasks.protocol.tasks import META_TTL_HINT
+from ext_tasks.waits import WaitLimit
 
 from .get_stream import GetStream
 from .legacy_tasks import LegacyTasks, Relay
-from .sessions import LegacySession, SessionStore, new_session_id
+from .sessions import LegacySession, SessionStore, TooManySessions, client_identity, kept_capabilities, new_session_id
 from .translate import (
     legacy_create_task_result,
     legacy_error,
@@ -61,6 +65,8 @@ from .upstream import Caller, ModernCall, ModernUpstream
 logger = logging.getLogger("ext_tasks.migration")
 
 Message = dict[str, Any]
+_MAX_CAPABILITIES_CHARS: Final = 16_384
+_MAX_SUBSCRIPTIONS: Final = 100
 _PASSTHROUGH: Final = frozenset(
     {"tools/list", "prompts/list", "resources/list", "resources/templates/list", "completion/complete"}
 )
@@ -91,16 +97,25 @@ class ShimOptions:
     #: How long a relayed server→client request may wait for the client's answer.
     input_timeout_s: float = 600.0
     keepalive_s: float = 15.0
+    #: Live sessions one principal may hold (0: no cap).
+    max_sessions: int = 100
 
 
 class LegacyShim:
     def __init__(
-        self, upstream: ModernUpstream, sessions: SessionStore, codec: ResumeCodec, options: ShimOptions
+        self,
+        upstream: ModernUpstream,
+        sessions: SessionStore,
+        codec: ResumeCodec,
+        options: ShimOptions,
+        *,
+        waits: WaitLimit | None = None,
     ) -> None:
         self.upstream = upstream
         self.sessions = sessions
         self.options = options
-        self.tasks = LegacyTasks(sessions, codec, self._modern, self._final)
+        self.waits = waits or WaitLimit()
+        self.tasks = LegacyTasks(sessions, codec, self._modern, self._final, self.waits)
         self._handlers: dict[str, Callable[[Request, LegacySession, Caller], AsyncIterator[Message]]] = {
             "ping": self._ping,
             "logging/setLevel": self._set_level,
@@ -122,14 +137,19 @@ class LegacyShim:
         try:
             message = decode_message(body)
         except ProtocolError as exc:
-            return LegacyReply(exc.http_status, error_message(None, exc))
+            return _failure(None, exc)
+        request_id = message.id if isinstance(message, Request | Response) else None
+        try:
+            return await self._post(message, headers, caller)
+        except ProtocolError as exc:
+            return _failure(request_id, exc)
+
+    async def _post(
+        self, message: Request | Notification | Response, headers: Mapping[str, Sequence[str]], caller: Caller
+    ) -> LegacyReply:
         if isinstance(message, Request) and message.method == "initialize":
             return await self._initialize(message, caller)
-        try:
-            session = await self._session(headers, caller)
-        except ProtocolError as exc:
-            request_id = message.id if isinstance(message, Request | Response) else None
-            return LegacyReply(exc.http_status, error_message(request_id, exc))
+        session = await self._session(headers, caller)
         if isinstance(message, Response):
             # The client answers a relayed request; whichever instance holds the waiting stream gets it.
             answer = {"id": message.id, "result": message.result, "error": message.error}
@@ -141,47 +161,66 @@ class LegacyShim:
         if handler is None:
             error = MethodNotFound(f"Method not found: {message.method}")
             return LegacyReply(200, error_message(message.id, error))
-        return await _reply(message, self._guarded(handler, message, session, caller))
+        return await _reply(message, handler(message, session, caller))
 
     async def get(self, headers: Mapping[str, Sequence[str]], caller: Caller) -> LegacyReply:
         """The session's GET stream: change notifications, and messages other instances publish."""
         try:
             session = await self._session(headers, caller)
+            stream = GetStream(
+                session,
+                caller,
+                sessions=self.sessions,
+                upstream=self.upstream,
+                tasks=self.tasks,
+                modern=self._modern,
+                keepalive_s=self.options.keepalive_s,
+            )
+            messages = self._waiting(caller, stream.messages())
+            first = await anext(messages)  # the stream is live (or refused, e.g. past the waits cap)
         except ProtocolError as exc:
-            return LegacyReply(exc.http_status, error_message(None, exc))
-        stream = GetStream(
-            session,
-            caller,
-            sessions=self.sessions,
-            upstream=self.upstream,
-            tasks=self.tasks,
-            modern=self._modern,
-            keepalive_s=self.options.keepalive_s,
-        )
-        return LegacyReply(200, stream=stream.messages())
+            return _failure(None, exc)
+        return LegacyReply(200, stream=_chain(first, messages))
 
     async def delete(self, headers: Mapping[str, Sequence[str]], caller: Caller) -> LegacyReply:
         try:
             session = await self._session(headers, caller)
+            await self.sessions.delete(session)
         except ProtocolError as exc:
-            return LegacyReply(exc.http_status, error_message(None, exc))
-        await self.sessions.delete(session.session_id)
+            return _failure(None, exc)
         return LegacyReply(204)
+
+    async def _waiting(self, caller: Caller, messages: AsyncIterator[Message | None]) -> AsyncIterator[Message | None]:
+        """``messages`` as one of the caller's open waits (refused past the cap)."""
+        with self.waits.hold(caller.principal.id):
+            try:
+                async for message in messages:
+                    yield message
+            finally:
+                await messages.aclose()  # type: ignore[attr-defined]
 
     # --- sessions ---------------------------------------------------------------------------------
 
     async def _initialize(self, request: Request, caller: Caller) -> LegacyReply:
         params = request.params
-        capabilities = params.get("capabilities")
-        client_info = params.get("clientInfo")
         session = LegacySession(
             session_id=new_session_id(),
             protocol_version=negotiate_version(params.get("protocolVersion")),
-            capabilities=capabilities if isinstance(capabilities, dict) else {},
+            capabilities=kept_capabilities(params.get("capabilities")),
             principal=caller.principal.id,
-            client_info=client_info if isinstance(client_info, dict) else None,
+            client_info=client_identity(params.get("clientInfo")),
         )
-        await self.sessions.save(session)
+        if len(json.dumps(session.capabilities)) > _MAX_CAPABILITIES_CHARS:
+            raise InvalidParams(f"Invalid params: capabilities larger than {_MAX_CAPABILITIES_CHARS} characters")
+        try:
+            await self.sessions.create(session, self.options.max_sessions)
+        except TooManySessions:
+            raise LimitExceeded(
+                f"Too many open sessions for this caller (the limit is {self.options.max_sessions}); "
+                "end one (DELETE) or let it expire",
+                limit="max_sessions",
+                retry_after_s=60,
+            ) from None
         result: Message = {
             "protocolVersion": session.protocol_version,
             "capabilities": legacy_server_capabilities(list_tasks=True),
@@ -217,22 +256,6 @@ class LegacyShim:
             extra_meta=extra,
         )
 
-    async def _guarded(
-        self,
-        handler: Callable[[Request, LegacySession, Caller], AsyncIterator[Message]],
-        request: Request,
-        session: LegacySession,
-        caller: Caller,
-    ) -> AsyncIterator[Message]:
-        try:
-            async for message in handler(request, session, caller):
-                yield message
-        except ProtocolError as exc:
-            yield error_message(request.id, exc)
-        except Exception:
-            logger.exception("legacy %s failed", request.method)
-            yield error_message(request.id, InternalError("Internal error"))
-
     # --- small methods ----------------------------------------------------------------------------
 
     async def _ping(self, request: Request, session: LegacySession, caller: Caller) -> AsyncIterator[Message]:
@@ -248,9 +271,12 @@ class LegacyShim:
 
     async def _subscribe(self, request: Request, session: LegacySession, caller: Caller) -> AsyncIterator[Message]:
         uri = required_string(request.params, "uri")
+        if uri not in session.subscriptions and len(session.subscriptions) >= _MAX_SUBSCRIPTIONS:
+            raise InvalidParams(f"Invalid params: a session may subscribe to at most {_MAX_SUBSCRIPTIONS} resources")
         if uri not in session.subscriptions:
             session.subscriptions.append(uri)
             await self.sessions.save(session)
+            await self.sessions.publish(session.session_id, {"kind": "resubscribe"})
         yield result_message(request.id, {})
 
     async def _unsubscribe(self, request: Request, session: LegacySession, caller: Caller) -> AsyncIterator[Message]:
@@ -258,6 +284,7 @@ class LegacyShim:
         if uri in session.subscriptions:
             session.subscriptions.remove(uri)
             await self.sessions.save(session)
+            await self.sessions.publish(session.session_id, {"kind": "resubscribe"})
         yield result_message(request.id, {})
 
     async def _passthrough(self, request: Request, session: LegacySession, caller: Caller) -> AsyncIterator[Message]:
@@ -356,9 +383,30 @@ class LegacyShim:
                 raise InternalError("Timed out waiting for the client's answer") from None
 
 
+def _failure(request_id: Any, error: ProtocolError, status: int | None = None) -> LegacyReply:
+    """The legacy answer for a failure before any stream opened, with the error's own HTTP status and
+    headers (``Retry-After``) unless ``status`` says otherwise."""
+    if isinstance(error, Busy):
+        logger.warning("legacy request failed: %s", error.message)
+    return LegacyReply(status or error.http_status, error_message(request_id, error), headers=error.http_headers())
+
+
+def _method_failure(request_id: Any, error: ProtocolError) -> LegacyReply:
+    """A method's failure: 2025-11-25 answers it with HTTP 200 and the JSON-RPC error, except one that
+    means "retry later" (429 or 503, with ``Retry-After``)."""
+    return _failure(request_id, error, None if isinstance(error, LimitExceeded | Busy) else 200)
+
+
 async def _reply(request: Request, messages: AsyncIterator[Message]) -> LegacyReply:
-    """JSON when the first message is already the response; an SSE stream otherwise."""
-    first = await anext(messages, None)
+    """JSON when the first message is already the response; an SSE stream otherwise. A failure before the
+    first message is the reply; after it, the stream ends with the error."""
+    try:
+        first = await anext(messages, None)
+    except ProtocolError as exc:
+        return _method_failure(request.id, exc)
+    except Exception:
+        logger.exception("legacy %s failed", request.method)
+        return _method_failure(request.id, InternalError("Internal error"))
     if first is None:
         return LegacyReply(200, error_message(request.id, InternalError("Internal error")))
     if first.get("id") == request.id and ("result" in first or "error" in first):
@@ -368,7 +416,22 @@ async def _reply(request: Request, messages: AsyncIterator[Message]) -> LegacyRe
 
     async def stream() -> AsyncIterator[Message | None]:
         yield first
-        async for message in messages:
-            yield message
+        try:
+            async for message in messages:
+                yield message
+        except ProtocolError as exc:
+            yield error_message(request.id, exc)
+        except Exception:
+            logger.exception("legacy %s failed", request.method)
+            yield error_message(request.id, InternalError("Internal error"))
 
     return LegacyReply(200, stream=stream())
+
+
+async def _chain(first: Message | None, rest: AsyncIterator[Message | None]) -> AsyncIterator[Message | None]:
+    try:
+        yield first
+        async for message in rest:
+            yield message
+    finally:
+        await rest.aclose()  # type: ignore[attr-defined]

@@ -24,6 +24,10 @@ META_TTL_HINT = "dev.ext-tasks/ttlHintMs"
 #: How many times a task's function was started (``tasks/get`` ``_meta``): runs are at least once, and
 #: a run taken over after a crash says so here.
 META_RUN_ATTEMPTS = "dev.ext-tasks/runAttempts"
+#: This project's ``_meta`` key on ``tasks/get`` for a read of the status only (the migration shim's
+#: legacy ``tasks/get``/``tasks/list``): it does not count as handing out the outcome, so a sensitive
+#: task keeps its lifetime, and a sensitive outcome not handed out yet is withheld from the reply.
+META_STATUS_ONLY = "dev.ext-tasks/statusOnly"
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +196,24 @@ def detailed_task_wire(record: TaskRecord, now_ms: int | None = None) -> dict[st
         wire["result"] = record.result
     elif record.status is TaskStatus.FAILED and record.error is not None:
         wire["error"] = record.error
+    return wire
+
+
+_WITHHELD = "The outcome is withheld until it is retrieved"
+
+
+def status_only_wire(record: TaskRecord, now_ms: int | None = None) -> dict[str, Any]:
+    """``DetailedTask`` for a status-only read: a sensitive outcome not yet handed out is withheld
+    (whether the tool reported an error stays, since a status depends on it)."""
+    wire = detailed_task_wire(record, now_ms)
+    if record.sensitive and record.delivered_at_ms is None:
+        if "result" in wire:
+            wire["result"] = {"content": [], "isError": bool(wire["result"].get("isError"))}
+        if "error" in wire:
+            wire["error"] = {
+                "code": wire["error"].get("code"),
+                "message": "The outcome is withheld until it is retrieved",
+            }
     return wire
 
 

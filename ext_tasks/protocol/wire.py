@@ -7,9 +7,9 @@ servers to ignore what they do not know.
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Final, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 from pydantic.alias_generators import to_camel
 
 from .errors import InvalidParams
@@ -66,12 +66,20 @@ class CompleteParams(WireModel):
     context: CompletionContext | None = None
 
 
+#: What one ``subscriptions/listen`` may ask to watch: each id is a store lookup, each URI a filter.
+MAX_LISTEN_TASK_IDS: Final = 1_000
+MAX_LISTEN_RESOURCES: Final = 1_000
+MAX_WATCHED_ID_CHARS: Final = 256
+_WatchedId = Annotated[str, StringConstraints(min_length=1, max_length=MAX_WATCHED_ID_CHARS)]
+_WatchedUri = Annotated[str, StringConstraints(min_length=1, max_length=8 * MAX_WATCHED_ID_CHARS)]
+
+
 class NotificationFilter(WireModel):
     tools_list_changed: bool = False
     prompts_list_changed: bool = False
     resources_list_changed: bool = False
-    resource_subscriptions: list[str] | None = None
-    task_ids: list[str] | None = None
+    resource_subscriptions: Annotated[list[_WatchedUri], Field(max_length=MAX_LISTEN_RESOURCES)] | None = None
+    task_ids: Annotated[list[_WatchedId], Field(max_length=MAX_LISTEN_TASK_IDS)] | None = None
 
 
 class ListenParams(WireModel):

@@ -20,7 +20,7 @@ Guarantees every implementation gives (the contract tests in ``tests/contract`` 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -58,14 +58,20 @@ class IdempotencyClaim:
 
 @dataclass(frozen=True, slots=True)
 class ActiveLimit:
-    """At most ``cap`` tasks of one owner may be unfinished (and unexpired) at once."""
+    """At most ``cap`` tasks of one owner may be unfinished (and unexpired) at once, and at most
+    ``stored_cap`` kept in any status (0: no such cap)."""
 
     cap: int
     now_ms: int
+    stored_cap: int = 0
 
 
 class TooManyActiveTasks(Exception):
     """``create`` refused: the owner already has ``ActiveLimit.cap`` unfinished tasks."""
+
+
+class TooManyStoredTasks(Exception):
+    """``create`` refused: the owner already has ``ActiveLimit.stored_cap`` tasks kept (any status)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +113,11 @@ class TaskStore(Protocol):
         ...
 
     async def lookup(self, task_id: str) -> TaskRecord | Expired | None: ...
+
+    async def owners(self, task_ids: Sequence[str]) -> dict[str, str]:
+        """The owner of each live task among ``task_ids`` (in one round trip: listen checks up to a
+        thousand ids at once)."""
+        ...
 
     async def commit(
         self, record: TaskRecord, *, expect_version: int, enqueue: bool = False, cancel: bool = False

@@ -24,6 +24,9 @@ class KeySchema:
     def active(self, owner: str) -> str:
         return f"{self.prefix}:active:{owner}"
 
+    def stored(self, owner: str) -> str:
+        return f"{self.prefix}:stored:{owner}"
+
     def claim(self, key: str) -> str:
         return f"{self.prefix}:claim:{key}"
 

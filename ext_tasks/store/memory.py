@@ -3,20 +3,27 @@
 Each method runs without awaiting in the middle of a change, so on one event loop every operation is
 atomic, which is exactly the guarantee the Valkey store gets from its Lua scripts. Nothing survives the
 process; use the Valkey store when tasks must outlive an instance.
+
+Valkey forgets lapsed keys by itself; here :meth:`MemoryTaskStore.sweep` does, every minute once the
+store is open: expired records become tombstones, lapsed tombstones, idempotency keys, claims and limit
+entries go, and each map keeps at most :data:`CEILING` entries (those that lapse soonest go first), so
+the embedded default can run for weeks.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Final
 
 from ..protocol.tasks import TaskRecord, task_event
-from .base import ActiveLimit, ExistingTask, Expired, IdempotencyClaim, Run, TooManyActiveTasks
+from .base import ActiveLimit, ExistingTask, Expired, IdempotencyClaim, Run, TooManyActiveTasks, TooManyStoredTasks
+from .ceilings import CEILING, within_ceiling
 
 #: How long an expired task is still reported as "expired" rather than "not found".
 TOMBSTONE_MS: Final = 24 * 3600 * 1000
+_SWEEP_EVERY_S: Final = 60.0
 
 
 class MemoryTaskStore:
@@ -26,17 +33,57 @@ class MemoryTaskStore:
         self._tombstones: dict[str, tuple[str, int]] = {}
         self._idempotency: dict[str, tuple[ExistingTask, int]] = {}
         self._active: dict[str, dict[str, int]] = {}
+        self._stored: dict[str, dict[str, int]] = {}
         self._claims: dict[str, int] = {}
+        self._sweeper: asyncio.Task[None] | None = None
         self._queue: asyncio.Queue[str] = asyncio.Queue()
         self._deliveries = 0
         self._cancel_listeners: set[asyncio.Queue[str]] = set()
         self._event_listeners: set[asyncio.Queue[dict[str, Any]]] = set()
 
     async def open(self) -> None:
-        return None
+        if self._sweeper is None:
+            self._sweeper = asyncio.create_task(self._sweep_forever(), name="ext-tasks-memory-sweep")
 
     async def close(self) -> None:
-        return None
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(_SWEEP_EVERY_S)
+            self.sweep()
+
+    def sweep(self) -> None:
+        """Forget what has lapsed, and the soonest-lapsing entries beyond :data:`CEILING` in each map."""
+        now = self._clock_ms()
+        for task_id, record in list(self._records.items()):
+            expires = record.expires_at_ms
+            if expires is not None and expires <= now:
+                del self._records[task_id]
+                self._tombstones[task_id] = (record.owner, expires + TOMBSTONE_MS)
+        self._tombstones = within_ceiling({key: value for key, value in self._tombstones.items() if value[1] > now})
+        self._idempotency = within_ceiling({key: value for key, value in self._idempotency.items() if value[1] > now})
+        self._claims = within_ceiling({key: until for key, until in self._claims.items() if until > now})
+        for limits in (self._active, self._stored):
+            for owner in list(limits):
+                live = {task_id: until for task_id, until in limits[owner].items() if until > now}
+                if live:
+                    limits[owner] = live
+                else:
+                    del limits[owner]
+
+    def sizes(self) -> dict[str, int]:
+        """How many entries each map holds (for tests and operators)."""
+        return {
+            "records": len(self._records),
+            "tombstones": len(self._tombstones),
+            "idempotency": len(self._idempotency),
+            "claims": len(self._claims),
+            "active": sum(len(entries) for entries in self._active.values()),
+            "stored": sum(len(entries) for entries in self._stored.values()),
+        }
 
     async def ping(self) -> None:
         return None
@@ -52,19 +99,34 @@ class MemoryTaskStore:
         if record.task_id in self._records:
             raise ValueError(f"task {record.task_id} exists")
         if limit is not None:
-            active = self._active.setdefault(record.owner, {})
-            for task_id in [task_id for task_id, expires in active.items() if expires <= limit.now_ms]:
-                del active[task_id]
-            if len(active) >= limit.cap:
+            expires = record.expires_at_ms or 2**62
+            stored = _live(self._stored.setdefault(record.owner, {}), limit.now_ms)
+            active = _live(self._active.setdefault(record.owner, {}), limit.now_ms)
+            if 0 < limit.stored_cap <= len(stored):
+                raise TooManyStoredTasks(record.owner)
+            if 0 < limit.cap <= len(active):
                 raise TooManyActiveTasks(record.owner)
-            active[record.task_id] = record.expires_at_ms or 2**62
+            if limit.stored_cap > 0:
+                stored[record.task_id] = expires
+            if limit.cap > 0:
+                active[record.task_id] = expires
         self._records[record.task_id] = record
         if idempotency is not None:
             existing = ExistingTask(record.task_id, idempotency.fingerprint)
             self._idempotency[idempotency.key] = (existing, now + idempotency.window_ms)
+        if max(len(self._records), len(self._idempotency)) > CEILING:
+            self.sweep()
         self._queue.put_nowait(record.task_id)
         self._announce(record)
         return None
+
+    async def owners(self, task_ids: Sequence[str]) -> dict[str, str]:
+        found = {}
+        for task_id in task_ids:
+            record = await self.lookup(task_id)
+            if isinstance(record, TaskRecord):
+                found[task_id] = record.owner
+        return found
 
     async def lookup(self, task_id: str) -> TaskRecord | Expired | None:
         now = self._clock_ms()
@@ -93,6 +155,9 @@ class MemoryTaskStore:
         self._announce(record)
         if record.terminal:
             self._active.get(record.owner, {}).pop(record.task_id, None)
+        stored = self._stored.get(record.owner, {})
+        if record.task_id in stored and record.expires_at_ms is not None:
+            stored[record.task_id] = record.expires_at_ms
         if enqueue:
             self._queue.put_nowait(record.task_id)
         if cancel:
@@ -104,9 +169,9 @@ class MemoryTaskStore:
         now = self._clock_ms()
         if self._claims.get(key, 0) > now:
             return False
-        if len(self._claims) > 100_000:  # forget lapsed claims now and then
-            self._claims = {k: until for k, until in self._claims.items() if until > now}
         self._claims[key] = now + ttl_ms
+        if len(self._claims) > CEILING:
+            self.sweep()
         return True
 
     async def next_runs(self, consumer: str, count: int, block_ms: int) -> list[Run]:
@@ -161,3 +226,9 @@ class MemoryTaskStore:
                 yield await queue.get()
         finally:
             self._cancel_listeners.discard(queue)
+
+
+def _live(entries: dict[str, int], now_ms: int) -> dict[str, int]:
+    for task_id in [task_id for task_id, until in entries.items() if until <= now_ms]:
+        del entries[task_id]
+    return entries

@@ -8,21 +8,31 @@ script obvious.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Mapping
-from typing import Any, Final, cast
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from typing import Any, Final, TypeVar, cast
 
 import msgspec
 from valkey.asyncio import Valkey
 from valkey.exceptions import ResponseError
-from valkey.exceptions import ValkeyError as _ValkeyError
 
 from ..protocol.states import TaskStatus
 from ..protocol.tasks import TaskRecord, task_event
-from .base import ActiveLimit, ExistingTask, Expired, IdempotencyClaim, Run, TaskStoreUnavailable, TooManyActiveTasks
+from .base import (
+    ActiveLimit,
+    ExistingTask,
+    Expired,
+    IdempotencyClaim,
+    Run,
+    TooManyActiveTasks,
+    TooManyStoredTasks,
+)
 from .keys import KeySchema
 from .memory import TOMBSTONE_MS
+from .plumbing import Channels, connect, unavailable_on_connection_errors
+
+logger = logging.getLogger("ext_tasks.store")
+T = TypeVar("T")
 
 _CREATE: Final = """
 if ARGV[5] ~= '' then
@@ -30,13 +40,21 @@ if ARGV[5] ~= '' then
   if prior then return prior end
 end
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-if ARGV[9] ~= '' then
-  redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', ARGV[10])
-  if redis.call('ZCARD', KEYS[5]) >= tonumber(ARGV[9]) then return -2 end
-  redis.call('ZADD', KEYS[5], ARGV[11], ARGV[4])
-  redis.call('PEXPIRE', KEYS[5], 86400000)
+local function admit(key, cap, refusal)
+  if cap == '' then return nil end
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', ARGV[10])
+  if redis.call('ZCARD', key) >= tonumber(cap) then return refusal end
+  return nil
 end
-redis.call('HSET', KEYS[1], unpack(ARGV, 12))
+local refused = admit(KEYS[6], ARGV[12], -3) or admit(KEYS[5], ARGV[9], -2)
+if refused then return refused end
+for _, pair in ipairs({{KEYS[5], ARGV[9]}, {KEYS[6], ARGV[12]}}) do
+  if pair[2] ~= '' then
+    redis.call('ZADD', pair[1], ARGV[11], ARGV[4])
+    if redis.call('PEXPIRETIME', pair[1]) < tonumber(ARGV[11]) then redis.call('PEXPIREAT', pair[1], ARGV[11]) end
+  end
+end
+redis.call('HSET', KEYS[1], unpack(ARGV, 13))
 if ARGV[1] ~= '' then
   redis.call('SET', KEYS[2], ARGV[3], 'PXAT', ARGV[2])
   redis.call('PEXPIREAT', KEYS[1], ARGV[1])
@@ -54,6 +72,7 @@ if version ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], unpack(ARGV, 9))
 if ARGV[8] == '1' then redis.call('ZREM', KEYS[3], ARGV[5]) end
+if ARGV[2] ~= '' then redis.call('ZADD', KEYS[4], 'XX', ARGV[2], ARGV[5]) end
 if ARGV[3] == '1' then redis.call('XADD', KEYS[2], '*', 'task', ARGV[5]) end
 if ARGV[4] ~= '' then redis.call('PUBLISH', ARGV[4], ARGV[5]) end
 redis.call('PUBLISH', ARGV[6], ARGV[7])
@@ -133,43 +152,43 @@ def record_from_fields(fields: Mapping[str, str]) -> TaskRecord:
     )
 
 
-@contextlib.contextmanager
-def _unavailable_on_connection_errors() -> Any:
-    try:
-        yield
-    except (ConnectionError, TimeoutError, OSError, _ValkeyError) as exc:
-        if isinstance(exc, ResponseError):
-            raise
-        raise TaskStoreUnavailable(f"task store unavailable: {type(exc).__name__}") from exc
-
-
 class ValkeyTaskStore:
-    def __init__(self, url: str, *, prefix: str = "ext-tasks", connect_timeout_s: float = 2.0) -> None:
+    def __init__(
+        self, url: str, *, prefix: str = "ext-tasks", connect_timeout_s: float = 2.0, max_connections: int = 64
+    ) -> None:
         self.keys = KeySchema(prefix)
-        self._client: Valkey = Valkey.from_url(
-            url,
-            decode_responses=True,
-            socket_connect_timeout=connect_timeout_s,
-            socket_timeout=10.0,
-            health_check_interval=15,
-            retry_on_timeout=False,
-        )
+        self._client: Valkey = connect(url, max_connections=max_connections, connect_timeout_s=connect_timeout_s)
+        self._channels = Channels(self._client)
         self._create = self._client.register_script(_CREATE)
         self._commit = self._client.register_script(_COMMIT)
 
     async def open(self) -> None:
-        with _unavailable_on_connection_errors():
+        with unavailable_on_connection_errors():
             try:
                 await self._client.xgroup_create(self.keys.runs, self.keys.run_group, id="0", mkstream=True)
             except ResponseError as exc:
                 if "BUSYGROUP" not in str(exc):
                     raise
 
+    async def _on_queue(self, command: Callable[[], Awaitable[T]]) -> T:
+        """Run a consumer-group command; if the group is gone (Valkey came back empty: restarted without
+        persistence, or flushed), create it again and retry once, so the workers carry on."""
+        with unavailable_on_connection_errors():
+            try:
+                return await command()
+            except ResponseError as exc:
+                if "NOGROUP" not in str(exc):
+                    raise
+            logger.warning("the run queue's consumer group was gone (Valkey came back empty?); creating it again")
+            await self.open()
+            return await command()
+
     async def close(self) -> None:
+        await self._channels.close()
         await self._client.aclose()
 
     async def ping(self) -> None:
-        with _unavailable_on_connection_errors():
+        with unavailable_on_connection_errors():
             await self._client.ping()
 
     async def create(
@@ -185,9 +204,10 @@ class ValkeyTaskStore:
             "" if idempotency is None else str(max(1, idempotency.window_ms)),
             self.keys.events_channel,
             _encoder.encode(task_event(record)).decode(),
-            "" if limit is None else str(limit.cap),
+            "" if limit is None or limit.cap <= 0 else str(limit.cap),
             "" if limit is None else str(limit.now_ms),
             str(expires if expires is not None else 2**62),
+            "" if limit is None or limit.stored_cap <= 0 else str(limit.stored_cap),
             *record_fields(record),
         ]
         keys = [
@@ -196,11 +216,14 @@ class ValkeyTaskStore:
             self.keys.runs,
             self.keys.idempotency(idempotency.key if idempotency is not None else "-"),
             self.keys.active(record.owner),
+            self.keys.stored(record.owner),
         ]
-        with _unavailable_on_connection_errors():
+        with unavailable_on_connection_errors():
             created = await self._create(keys=keys, args=args)
         if created == -2:
             raise TooManyActiveTasks(record.owner)
+        if created == -3:
+            raise TooManyStoredTasks(record.owner)
         if isinstance(created, str):
             task_id, _, fingerprint = created.partition(" ")
             return ExistingTask(task_id, fingerprint)
@@ -208,8 +231,16 @@ class ValkeyTaskStore:
             raise ValueError(f"task {record.task_id} exists")
         return None
 
+    async def owners(self, task_ids: Sequence[str]) -> dict[str, str]:
+        with unavailable_on_connection_errors():
+            async with self._client.pipeline(transaction=False) as pipe:
+                for task_id in task_ids:
+                    pipe.hget(self.keys.task(task_id), "owner")
+                found = await pipe.execute()
+        return {task_id: owner for task_id, owner in zip(task_ids, found, strict=True) if owner is not None}
+
     async def lookup(self, task_id: str) -> TaskRecord | Expired | None:
-        with _unavailable_on_connection_errors():
+        with unavailable_on_connection_errors():
             fields = cast(dict[str, str], await self._client.hgetall(self.keys.task(task_id)))  # type: ignore[misc]
             if fields:
                 return record_from_fields(fields)
@@ -231,20 +262,26 @@ class ValkeyTaskStore:
             "1" if record.terminal else "0",
             *record_fields(record),
         ]
-        keys = [self.keys.task(record.task_id), self.keys.runs, self.keys.active(record.owner)]
-        with _unavailable_on_connection_errors():
+        keys = [
+            self.keys.task(record.task_id),
+            self.keys.runs,
+            self.keys.active(record.owner),
+            self.keys.stored(record.owner),
+        ]
+        with unavailable_on_connection_errors():
             outcome = await self._commit(keys=keys, args=args)
         return bool(outcome == 1)
 
     async def claim(self, key: str, ttl_ms: int) -> bool:
-        with _unavailable_on_connection_errors():
+        with unavailable_on_connection_errors():
             return bool(await self._client.set(self.keys.claim(key), "1", nx=True, px=max(1, ttl_ms)))
 
     async def next_runs(self, consumer: str, count: int, block_ms: int) -> list[Run]:
-        with _unavailable_on_connection_errors():
-            reply = await self._client.xreadgroup(
+        reply = await self._on_queue(
+            lambda: self._client.xreadgroup(
                 self.keys.run_group, consumer, {self.keys.runs: ">"}, count=count, block=block_ms
             )
+        )
         return [
             Run(task_id=fields["task"], delivery=entry_id) for _, entries in reply or [] for entry_id, fields in entries
         ]
@@ -253,30 +290,32 @@ class ValkeyTaskStore:
         if not runs:
             return
         # Re-claiming one's own entries resets their idle time, which is what `reclaim` measures.
-        with _unavailable_on_connection_errors():
-            await self._client.xclaim(
+        await self._on_queue(
+            lambda: self._client.xclaim(
                 self.keys.runs, self.keys.run_group, consumer, 0, [run.delivery for run in runs], justid=True
             )
+        )
 
     async def reclaim(self, consumer: str, min_idle_ms: int, count: int) -> list[Run]:
-        with _unavailable_on_connection_errors():
-            reply = await self._client.xautoclaim(
+        reply = await self._on_queue(
+            lambda: self._client.xautoclaim(
                 self.keys.runs, self.keys.run_group, consumer, min_idle_ms, start_id="0-0", count=count
             )
+        )
         entries = reply[1]
         return [Run(task_id=fields["task"], delivery=entry_id) for entry_id, fields in entries if fields]
 
     async def ack(self, run: Run) -> None:
-        with _unavailable_on_connection_errors():
-            await self._client.xack(self.keys.runs, self.keys.run_group, run.delivery)
+        await self._on_queue(lambda: self._client.xack(self.keys.runs, self.keys.run_group, run.delivery))
+        with unavailable_on_connection_errors():
             await self._client.xdel(self.keys.runs, run.delivery)
 
     async def queue_depth(self) -> int:
-        with _unavailable_on_connection_errors():
+        with unavailable_on_connection_errors():
             return int(await self._client.xlen(self.keys.runs))
 
     async def requeue(self, run: Run) -> None:
-        with _unavailable_on_connection_errors():
+        with unavailable_on_connection_errors():
             await self._client.xadd(self.keys.runs, {"task": run.task_id})
         await self.ack(run)
 
@@ -290,20 +329,8 @@ class ValkeyTaskStore:
             yield {} if data is None else _decoder.decode(data)
 
     async def _channel(self, channel: str) -> AsyncIterator[str | None]:
-        """Messages of ``channel``; first ``None``, once the subscription is confirmed (live)."""
-        pubsub = self._client.pubsub()
-        with _unavailable_on_connection_errors():
-            await pubsub.subscribe(channel)
-            async with asyncio.timeout(10):
-                while (await pubsub.get_message(timeout=1.0) or {}).get("type") != "subscribe":
-                    pass
-        try:
-            yield None
+        """Messages of ``channel``; ``None`` once the subscription is live, and again after the shared
+        pub/sub connection was re-established (messages may have been missed meanwhile)."""
+        async with self._channels.subscribe(channel) as queue:
             while True:
-                with _unavailable_on_connection_errors():
-                    message = await pubsub.get_message(timeout=1.0)
-                if message is not None and message.get("type") == "message":
-                    yield str(message["data"])
-        finally:
-            with contextlib.suppress(Exception):
-                await pubsub.aclose()  # type: ignore[no-untyped-call]
+                yield await queue.get()

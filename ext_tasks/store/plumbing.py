@@ -1,0 +1,201 @@
+"""Valkey plumbing shared by the task store and the legacy session store.
+
+* :func:`connect`: a client whose connection pool is **bounded** (``max_connections``): a burst of
+  requests waits up to ``pool_timeout_s`` for a connection, then fails as "store unavailable", instead
+  of opening connections until Valkey's client limit takes the whole fleet down.
+* :func:`unavailable_on_connection_errors`: the one mapping of a broken connection to
+  :class:`~.base.TaskStoreUnavailable` (HTTP 503, "retry later"); protocol errors of Valkey
+  (``ResponseError``, a script bug) pass through.
+* :class:`Channels`: **one** pub/sub connection per process, whatever the number of local subscribers.
+  Each channel is subscribed once on that connection and fanned out in memory to the subscribers'
+  bounded queues. If the connection breaks, it is opened again and every channel re-subscribed; each
+  subscriber then gets a ``None`` (as it did when first live), meaning "live again: messages may have
+  been missed meanwhile", so it can catch up by reading the state it follows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Iterator
+from typing import Any, Final
+
+from valkey.asyncio import BlockingConnectionPool, Valkey
+from valkey.asyncio.client import PubSub
+from valkey.exceptions import ResponseError, ValkeyError
+
+from .base import TaskStoreUnavailable
+
+logger = logging.getLogger("ext_tasks.store")
+
+#: Connections one client may hold at once (commands, blocking reads and the pub/sub connection).
+MAX_CONNECTIONS: Final = 64
+_SUBSCRIBE_TIMEOUT_S: Final = 5.0
+_QUEUE_SIZE: Final = 1024
+
+
+@contextlib.contextmanager
+def unavailable_on_connection_errors() -> Iterator[None]:
+    try:
+        yield
+    except (ConnectionError, TimeoutError, OSError, ValkeyError) as exc:
+        if isinstance(exc, ResponseError):
+            raise
+        raise TaskStoreUnavailable(f"task store unavailable: {type(exc).__name__}") from exc
+
+
+def connect(
+    url: str,
+    *,
+    max_connections: int = MAX_CONNECTIONS,
+    connect_timeout_s: float = 2.0,
+    pool_timeout_s: float = 2.0,
+) -> Valkey:
+    """A client for ``url`` (``valkey://HOST:PORT/DB``) with a bounded, blocking connection pool."""
+    pool = BlockingConnectionPool.from_url(
+        url,
+        max_connections=max_connections,
+        timeout=pool_timeout_s,
+        decode_responses=True,
+        socket_connect_timeout=connect_timeout_s,
+        socket_timeout=10.0,
+        health_check_interval=15,
+        retry_on_timeout=False,
+    )
+    return Valkey(connection_pool=pool)
+
+
+class Channels:
+    """Pub/sub for one process over one connection: ``async with channels.subscribe(name) as queue``.
+
+    The queue yields ``None`` once the subscription is live (nothing published afterwards is missed),
+    then each message's data, and ``None`` again after a reconnection. A subscriber too slow to keep up
+    loses its oldest messages rather than growing without bound.
+    """
+
+    def __init__(self, client: Valkey) -> None:
+        self._client = client
+        self._subscribers: dict[str, set[asyncio.Queue[str | None]]] = {}
+        self._confirmed: dict[str, asyncio.Future[None]] = {}
+        self._pubsub: PubSub | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()
+
+    @contextlib.asynccontextmanager
+    async def subscribe(self, channel: str) -> AsyncIterator[asyncio.Queue[str | None]]:
+        queue: asyncio.Queue[str | None] = asyncio.Queue(_QUEUE_SIZE)
+        local = self._subscribers.setdefault(channel, set())
+        local.add(queue)
+        try:
+            await self._subscribed(channel)
+            _put(queue, None)
+            yield queue
+        finally:
+            local.discard(queue)
+            if not local and self._subscribers.get(channel) is local:
+                del self._subscribers[channel]
+                await self._unsubscribe(channel)
+
+    def channel_count(self) -> int:
+        return len(self._subscribers)
+
+    async def close(self) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(BaseException):
+                await self._reader
+        await self._drop_connection()
+
+    # --- the one connection -------------------------------------------------------------------------
+
+    async def _subscribed(self, channel: str) -> None:
+        """Wait until ``channel`` is subscribed on the shared connection (subscribing it if needed)."""
+        async with self._lock:
+            confirmed = self._confirmed.get(channel)
+            if confirmed is None or (confirmed.done() and confirmed.exception() is not None):
+                confirmed = self._confirmed[channel] = asyncio.get_running_loop().create_future()
+                with unavailable_on_connection_errors():
+                    if self._pubsub is None:
+                        self._pubsub = self._client.pubsub()
+                    await self._pubsub.subscribe(channel)
+                if self._reader is None or self._reader.done():
+                    self._reader = asyncio.create_task(self._read(), name="ext-tasks-pubsub")
+        try:
+            async with asyncio.timeout(_SUBSCRIBE_TIMEOUT_S):
+                await asyncio.shield(confirmed)
+        except TimeoutError:
+            raise TaskStoreUnavailable("task store unavailable: subscription not confirmed") from None
+
+    async def _unsubscribe(self, channel: str) -> None:
+        self._confirmed.pop(channel, None)
+        if self._pubsub is not None:
+            with contextlib.suppress(Exception):
+                await self._pubsub.unsubscribe(channel)
+
+    async def _read(self) -> None:
+        """Fan messages out; on a broken connection, reconnect and re-subscribe every channel."""
+        backoff_s = 0.1
+        while True:
+            try:
+                assert self._pubsub is not None
+                message = await self._pubsub.get_message(timeout=1.0)
+                backoff_s = 0.1
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - any failure of the connection: start it again
+                logger.warning("pub/sub connection lost (%s); reconnecting", type(exc).__name__)
+                await self._reconnect(backoff_s)
+                backoff_s = min(backoff_s * 2, 5.0)
+                continue
+            if message is not None:
+                self._dispatch(message)
+
+    def _dispatch(self, message: dict[str, Any]) -> None:
+        kind, channel = message.get("type"), str(message.get("channel"))
+        if kind == "subscribe":
+            confirmed = self._confirmed.get(channel)
+            if confirmed is not None and not confirmed.done():
+                confirmed.set_result(None)
+                return
+            for queue in self._subscribers.get(channel, ()):  # re-subscribed after a reconnection
+                _put(queue, None)
+        elif kind == "message":
+            for queue in self._subscribers.get(channel, ()):
+                _put(queue, str(message["data"]))
+
+    async def _reconnect(self, pause_s: float) -> None:
+        await self._drop_connection()
+        for future in self._confirmed.values():
+            if not future.done():
+                future.set_exception(TaskStoreUnavailable("task store unavailable: pub/sub connection lost"))
+        self._confirmed = {}
+        await asyncio.sleep(pause_s)
+        channels = list(self._subscribers)
+        if not channels:
+            return
+        try:
+            pubsub = self._client.pubsub()
+            await pubsub.subscribe(*channels)
+        except Exception:  # noqa: BLE001 - still down: the read loop tries again after a longer pause
+            return
+        self._pubsub = pubsub
+        for channel in channels:
+            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            done.set_result(None)
+            self._confirmed[channel] = done
+        # The confirmations now arrive through _read and tell each subscriber it is live again.
+        for channel in channels:
+            self._confirmed[channel] = asyncio.get_running_loop().create_future()
+
+    async def _drop_connection(self) -> None:
+        pubsub, self._pubsub = self._pubsub, None
+        if pubsub is not None:
+            with contextlib.suppress(Exception):
+                await pubsub.aclose()  # type: ignore[no-untyped-call]
+
+
+def _put(queue: asyncio.Queue[str | None], item: str | None) -> None:
+    if queue.full():
+        queue.get_nowait()
+    queue.put_nowait(item)
