@@ -9,6 +9,10 @@ waits in memory for the client, so the retry may land on any instance that share
 
 Side effects before the last question therefore run once per round: keep them after the questions,
 or make them idempotent.
+
+The context remembers which keys the function asked for (``ask``, ``answer`` and the helpers built on
+them): only answers under keys that were asked travel on to the next round, so answers a client sends
+under keys nobody asked do not ride along in every later ``requestState``.
 """
 
 from __future__ import annotations
@@ -190,6 +194,7 @@ class Context:
         #: use it as the idempotency key of their side effects.
         self.task_id = task_id
         self._answers = dict(answers or {})
+        self._asked: set[str] = set()
         self._emit = emit
         self._can_start_task = can_start_task
         self._on_status = on_status
@@ -224,6 +229,13 @@ class Context:
         """Raw answers received so far (this round's and every earlier round's), by key."""
         return self._answers
 
+    @property
+    def asked_keys(self) -> frozenset[str]:
+        """The keys this function asked for in this run (through ``ask``, ``answer`` or the helpers),
+        answered or not. With the keys of a raised :class:`InputRequired` and of earlier rounds, they
+        decide which answers are carried to the next round."""
+        return frozenset(self._asked)
+
     def supports(self, request_or_capability: InputRequest | Mapping[str, Any]) -> bool:
         """Whether this request's client declared what ``request_or_capability`` needs."""
         required = (
@@ -240,6 +252,7 @@ class Context:
 
     def answer(self, key: str, request: InputRequest) -> Any:
         """The typed answer to ``request`` under ``key`` if one was given and fits, else ``None``."""
+        self._asked.add(key)
         raw = self._answers.get(key)
         return None if raw is None else request.parse_answer(raw)
 

@@ -8,19 +8,26 @@ One round of ``tools/call``, ``prompts/get`` or ``resources/read``:
 3. if it raised :class:`InputRequired`, check that the client declared what each question needs
    (-32021 otherwise, never a silent drop) and answer ``input_required`` with a freshly sealed state
    that carries the answers collected so far.
+
+What a state carries is bounded. Only answers under keys the function asked (in this round or an
+earlier one of the same call) are sealed, so answers a client sends under other keys never ride along;
+and a state longer than the codec accepts back is refused with -32603 when it would be sealed (and
+logged for the tool author), instead of failing the next round as "Invalid or expired requestState".
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
+
+import msgspec
 
 from .auth import Principal
 from .context import Context, Emit, InputRequest, InputRequired, StartTask, missing_capabilities
 from .metrics import STATE_REJECTIONS
 from .protocol.envelope import Envelope
-from .protocol.errors import InvalidParams, InvalidRequestState, MissingClientCapability
+from .protocol.errors import InvalidParams, InvalidRequestState, MissingClientCapability, RequestStateTooLarge
 from .protocol.resume import Binding, ResumeCodec, digest_arguments
 from .protocol.wire import parse_input_responses
 
@@ -53,7 +60,7 @@ async def run_round(
     With ``start_task``, the function may call ``ctx.start_task()``; the round then ends with whatever
     the hook returns (a ``CreateTaskResult``), handing it every answer so far and the function's state.
     """
-    answers, state = await _restore(codec, binding, params, claim_once)
+    answers, state, asked_before = await _restore(codec, binding, params, claim_once)
     ctx = Context(
         principal=principal,
         envelope=envelope,
@@ -69,7 +76,13 @@ async def run_round(
         return await start_task(answers, ctx.state)
     except InputRequired as asked:
         return input_required_result(
-            codec, binding, asked.requests, asked.state if asked.state is not None else ctx.state, answers, envelope
+            codec,
+            binding,
+            asked.requests,
+            asked.state if asked.state is not None else ctx.state,
+            answers,
+            envelope,
+            asked=asked_before.union(ctx.asked_keys, asked.requests),
         )
     result["resultType"] = "complete"
     return result
@@ -77,10 +90,11 @@ async def run_round(
 
 async def _restore(
     codec: ResumeCodec, binding: Binding, params: Mapping[str, Any], claim_once: ClaimOnce | None
-) -> tuple[dict[str, Any], Any]:
+) -> tuple[dict[str, Any], Any, frozenset[str]]:
+    """Every answer so far, the function's state, and the keys asked in earlier rounds."""
     fresh = parse_input_responses(dict(params))
     if "requestState" not in params:
-        return fresh, None
+        return fresh, None, frozenset()
     try:
         claims = codec.unseal(params["requestState"], binding)
         # Single use: the state's id is remembered (in the shared store) until the state would expire
@@ -95,8 +109,10 @@ async def _restore(
             extra={"reason": exc.reason, "method": binding.method, "target": binding.target},
         )
         raise
-    # Answers of this round win over earlier ones under the same key.
-    return {**claims.responses, **fresh}, claims.state
+    # Answers of this round win over earlier ones under the same key. The keys of earlier answers
+    # count as asked too: a state only ever carries answers to asked keys, and this keeps the answers
+    # of states sealed before the asked keys were recorded (``q``).
+    return {**claims.responses, **fresh}, claims.state, claims.asked.union(claims.responses)
 
 
 def input_required_result(
@@ -106,7 +122,12 @@ def input_required_result(
     state: Any,
     answers: Mapping[str, Any],
     envelope: Envelope,
+    *,
+    asked: Iterable[object],
 ) -> Outcome:
+    """The ``input_required`` result asking ``requests``, with a state carrying ``state`` and the
+    ``answers`` under the ``asked`` keys (this round's questions, the keys the function looked up, and
+    every key asked in earlier rounds); answers under any other key are dropped."""
     missing = missing_capabilities(requests.values(), envelope.client_capabilities)
     if missing:
         raise MissingClientCapability(missing)
@@ -116,5 +137,25 @@ def input_required_result(
     result: Outcome = {"resultType": "input_required"}
     if requests:
         result["inputRequests"] = {key: request.to_wire() for key, request in requests.items()}
-    result["requestState"] = codec.seal(binding, state=state, responses=answers)
+    # Answers are keyed by strings (JSON object keys): a key of another type can match none of them.
+    asked_keys = {key for key in asked if isinstance(key, str)}
+    kept = {key: answer for key, answer in answers.items() if key in asked_keys}
+    try:
+        result["requestState"] = codec.seal(binding, state=state, responses=kept, asked=asked_keys)
+    except RequestStateTooLarge as exc:
+        # Logged here, once, for the tool author; the engine sends the error without logging it. What
+        # made it large is told in sizes only: never the state or the answers themselves.
+        logger.error(
+            "requestState of %s %r not sealed: %d characters, over the limit of %d "
+            "(the function's own state is %d bytes of JSON; %d answers carried are %d bytes)",
+            binding.method,
+            binding.target,
+            exc.size,
+            exc.limit,
+            len(msgspec.json.encode(state)),
+            len(kept),
+            len(msgspec.json.encode(kept)),
+            extra={"method": binding.method, "target": binding.target, "state_chars": exc.size},
+        )
+        raise
     return result

@@ -15,6 +15,7 @@ The tree::
         ResourceNotFound
       InternalError(-32603, 500)
         Busy(503, Retry-After)
+        RequestStateTooLarge(413)
       HeaderMismatch(-32020, 400)
       MissingClientCapability(-32021, 400)
       UnsupportedProtocolVersion(-32022, 400)
@@ -148,6 +149,26 @@ class Busy(InternalError):
 
     def http_headers(self) -> dict[str, str]:
         return {"Retry-After": str(self.retry_after_s)}
+
+
+class RequestStateTooLarge(InternalError):
+    """The ``requestState`` for the next round would be longer than any instance accepts back
+    (``MAX_TOKEN_CHARS``), so it is refused when it would be sealed: the client learns it now, rather
+    than by an "Invalid or expired requestState" on its retry. Final: the same request fails the same
+    way (the answers, or the function's own state, carried to the next round must be smaller).
+
+    HTTP 413: large answers from the client can cause it, and client input never causes a 5xx."""
+
+    http_status = 413
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(
+            f"Internal error: the requestState for the next round would be {size} characters, over the "
+            f"limit of {limit}; the answers and state carried between rounds are too large",
+            data={"stateChars": size, "maxStateChars": limit},
+        )
+        self.size = size
+        self.limit = limit
 
 
 class HeaderMismatch(ProtocolError):

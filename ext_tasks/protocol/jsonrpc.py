@@ -1,12 +1,13 @@
 """JSON-RPC 2.0 envelopes: bytes in, typed message out; and the response/error/notification builders.
 
 Only single messages are accepted: MCP 2026-07-28 sends one JSON-RPC message per POST and has no batches.
+Nor is JSON nested deeper than :data:`MAX_DEPTH` levels (see :func:`decode_message`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
@@ -16,6 +17,21 @@ RequestId = str | int
 
 _decoder = msgspec.json.Decoder()
 _encoder = msgspec.json.Encoder()
+
+#: The deepest nesting of arrays and objects a message may have, the message object itself being
+#: level 1. MCP messages are shallow (the content of an answer in ``inputResponses`` sits at level 6),
+#: so this leaves tool arguments and answers some 95 levels of their own, while keeping every later
+#: step that recurses over a value (the arguments digest, sealing answers into a ``requestState``,
+#: pydantic, the legacy shim) far from Python's recursion limit (1,000 frames by default). Without
+#: it, a band of depths just under that limit decodes, then overflows later: an HTTP 500.
+MAX_DEPTH: Final = 100
+#: Refused with -32700 rather than -32600. RFC 8259 §9 lets a parser limit nesting, and this is that
+#: limit: the body is JSON this server's parser does not take, like a body deeper than the decoder
+#: itself goes (``RecursionError``), which gets the same error, so the code does not depend on how
+#: deep past the limit a body is; -32600 would say the JSON-RPC shape is wrong, and it may not be.
+_TOO_DEEP: Final = f"Parse error: JSON nested deeper than {MAX_DEPTH} levels"
+#: A tuple, not ``dict | list``: ``isinstance`` is markedly faster with it, and the walk calls it per value.
+_CONTAINERS: Final = (dict, list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,14 +63,44 @@ def decode_message(body: bytes) -> Message:
     """Parse one JSON-RPC message.
 
     Raises:
-        ParseError: the body is not JSON (including invalid UTF-8).
+        ParseError: the body is not JSON (including invalid UTF-8), or is nested deeper than
+            :data:`MAX_DEPTH` levels (HTTP 400 either way).
         InvalidRequest: it is JSON but not a JSON-RPC 2.0 message this server accepts.
     """
+    return parse_message(_decode(body))
+
+
+def _decode(body: bytes) -> object:
+    """The JSON value of ``body``, no deeper than :data:`MAX_DEPTH` levels; every decode of a message
+    goes through here, so the limit is the same on every path."""
     try:
         raw = _decoder.decode(body)
-    except (msgspec.DecodeError, RecursionError) as exc:
+    except msgspec.DecodeError as exc:
         raise ParseError(f"Parse error: {exc}") from None
-    return parse_message(raw)
+    except RecursionError:
+        raise ParseError(_TOO_DEEP) from None
+    # Every level of nesting opens with its own bracket, so a body with at most MAX_DEPTH of them
+    # cannot be too deep: two byte counts (C loops) instead of a walk, for nearly every request.
+    # Brackets inside strings only make the count larger, so the walk is the rare exact check.
+    if body.count(b"[") + body.count(b"{") > MAX_DEPTH and _deeper_than(raw, MAX_DEPTH):
+        raise ParseError(_TOO_DEEP)
+    return raw
+
+
+def _deeper_than(value: object, limit: int) -> bool:
+    """Whether ``value`` nests arrays and objects more than ``limit`` levels deep (itself being level
+    1). Level by level, without recursion: the walk must not itself hit the limit it checks for."""
+    level = [value] if isinstance(value, _CONTAINERS) else []
+    for _ in range(limit):
+        if not level:
+            return False
+        level = [
+            child
+            for node in level
+            for child in (node.values() if isinstance(node, dict) else node)
+            if isinstance(child, _CONTAINERS)
+        ]
+    return bool(level)
 
 
 def parse_message(raw: object) -> Message:
@@ -100,10 +146,11 @@ def _is_valid_id(value: object) -> bool:
 
 
 def id_of(raw_body: bytes) -> RequestId | None:
-    """Best-effort request id of a body that failed later checks, so errors can echo it."""
+    """Best-effort request id of a body that failed later checks, so errors can echo it (none for a
+    body that :func:`decode_message` refuses as not JSON or nested too deep)."""
     try:
-        raw = _decoder.decode(raw_body)
-    except (msgspec.DecodeError, RecursionError):
+        raw = _decode(raw_body)
+    except ParseError:
         return None
     if isinstance(raw, dict) and _is_valid_id(raw.get("id")):
         request_id: RequestId = raw["id"]

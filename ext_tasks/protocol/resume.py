@@ -15,6 +15,7 @@ retry, possibly at another instance. The client is hostile by assumption, so the
 ``jti``  random id of this state (for single-use enforcement by a store)
 ``s``  the tool function's own state
 ``r``  answers collected in earlier rounds, so a re-run function sees them all
+``q``  the keys the function asked so far: only answers under these keys are carried in ``r``
 =====  ======================================================================
 
 Two token formats, chosen by configuration:
@@ -30,7 +31,8 @@ Each master key yields per-purpose sub-keys through HKDF, so the signing key, th
 the principal-tag key are never the same bytes.
 
 Every failure raises :class:`InvalidRequestState` with a fixed wire message; ``reason`` says why, for
-the server log only.
+the server log only. A state is never sealed longer than :data:`MAX_TOKEN_CHARS`, the most ``unseal``
+accepts: :class:`RequestStateTooLarge` instead, so no instance hands out a state that none takes back.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ import hmac
 import os
 import secrets
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -53,13 +55,13 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from itsdangerous import Signer
 from itsdangerous.signer import SigningAlgorithm
 
-from .errors import InvalidRequestState
+from .errors import InvalidRequestState, RequestStateTooLarge
 
 FORMAT_VERSION: Final = 1
 SIGNED_PREFIX: Final = "v1."
 SEALED_PREFIX: Final = "v1e."
 MIN_KEY_BYTES: Final = 32
-#: States larger than this are refused before any decoding work is spent on them.
+#: States larger than this are refused before any decoding work is spent on them, and never sealed.
 MAX_TOKEN_CHARS: Final = 256 * 1024
 #: Tolerated clock difference between instances when checking ``iat``.
 CLOCK_SKEW_S: Final = 60
@@ -78,6 +80,7 @@ class _Claims(msgspec.Struct, frozen=True):
     jti: str
     s: Any = None
     r: dict[str, dict[str, Any]] = {}
+    q: list[str] = []
 
 
 _claims_encoder = msgspec.json.Encoder()
@@ -107,6 +110,8 @@ class ResumeClaims:
     responses: Mapping[str, dict[str, Any]]
     state_id: str
     expires_at: int
+    #: The keys asked in the rounds so far (``responses`` holds answers under these keys only).
+    asked: frozenset[str] = frozenset()
 
 
 def digest_arguments(arguments: Mapping[str, Any] | None) -> str:
@@ -186,9 +191,21 @@ class ResumeCodec:
         return self._ttl_s
 
     def seal(
-        self, binding: Binding, *, state: Any = None, responses: Mapping[str, dict[str, Any]] | None = None
+        self,
+        binding: Binding,
+        *,
+        state: Any = None,
+        responses: Mapping[str, dict[str, Any]] | None = None,
+        asked: Iterable[str] = (),
     ) -> str:
-        """A new state for the next round of ``binding``'s request."""
+        """A new state for the next round of ``binding``'s request.
+
+        ``asked`` are the keys the function asked so far (the caller keeps ``responses`` to those).
+
+        Raises:
+            RequestStateTooLarge: the state would be longer than :data:`MAX_TOKEN_CHARS`, so ``unseal``
+                would refuse it on the next round.
+        """
         now = int(self._clock())
         newest = self._ring[0]
         claims = _Claims(
@@ -203,13 +220,18 @@ class ResumeCodec:
             jti=_b64encode(os.urandom(9)),
             s=state,
             r=dict(responses or {}),
+            q=sorted(asked),
         )
         payload = _claims_encoder.encode(claims)
         if self._encrypt:
             nonce = os.urandom(12)
             sealed = newest.aead.encrypt(nonce, payload, SEALED_PREFIX.encode() + newest.kid)
-            return SEALED_PREFIX + _b64encode(newest.kid + nonce + sealed)
-        return SIGNED_PREFIX + newest.signer.sign(_b64encode(payload)).decode("ascii")
+            token = SEALED_PREFIX + _b64encode(newest.kid + nonce + sealed)
+        else:
+            token = SIGNED_PREFIX + newest.signer.sign(_b64encode(payload)).decode("ascii")
+        if len(token) > MAX_TOKEN_CHARS:
+            raise RequestStateTooLarge(len(token), MAX_TOKEN_CHARS)
+        return token
 
     def unseal(self, token: object, binding: Binding) -> ResumeClaims:
         """Verify ``token`` for ``binding`` and return its claims.
@@ -227,7 +249,9 @@ class ResumeCodec:
         except msgspec.DecodeError:
             raise InvalidRequestState("malformed claims") from None
         self._check(claims, binding, material)
-        return ResumeClaims(state=claims.s, responses=claims.r, state_id=claims.jti, expires_at=claims.exp)
+        return ResumeClaims(
+            state=claims.s, responses=claims.r, state_id=claims.jti, expires_at=claims.exp, asked=frozenset(claims.q)
+        )
 
     def _open(self, token: str) -> tuple[bytes, _KeyMaterial]:
         if token.startswith(SEALED_PREFIX):

@@ -30,6 +30,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import sys
 import time
 from collections import Counter
 from collections.abc import Iterator, Mapping
@@ -1151,6 +1152,61 @@ def test_legacy_era_requests(
         if session == "twice":
             headers.append(("Mcp-Session-Id", real))
         app.send(dumps(message), headers, what=f"legacy {method!r:.30}")
+
+
+# --- 11. nesting around the recursion limit, in both eras ------------------------------------------------------
+
+RECURSION_PLACES: Final = ("arguments", "inputResponses", "resumed", "meta", "params", "legacy", "legacy-params")
+#: Every example sends every ``DEPTH_STRIDE``-th depth (from its own offset) of 900..1100, where the band
+#: lies under the default recursion limit, and of the 200 depths around the limit in force while the
+#: test runs (hypothesis raises it): the band of depths that used to break is only 3 to 5 levels wide,
+#: and where it lies depends on how deep the server's stack is when it decodes, so a stride below its
+#: width meets it wherever it is.
+DEPTH_STRIDE: Final = 3
+
+
+@fuzz_settings(24)
+@given(
+    offset=st.integers(0, DEPTH_STRIDE - 1),
+    kind=st.sampled_from(["list", "dict"]),
+    where=st.sampled_from(RECURSION_PLACES),
+    pick=st.integers(0, len(STATE_TOOLS) - 1),
+)
+def test_nesting_around_the_recursion_limit(fuzz: Apps, offset: int, kind: str, where: str, pick: int) -> None:
+    """Depths just under Python's recursion limit, which the JSON decoder still takes but which would
+    overflow later (the arguments digest, sealing the answers into a state, the legacy shim): every one
+    is refused at decode with -32700 and HTTP 400 (the limit is ``MAX_DEPTH`` levels), in both eras."""
+    limit = sys.getrecursionlimit()
+    depths = [*range(900 + offset, 1101, DEPTH_STRIDE), *range(limit - 100 + offset, limit + 101, DEPTH_STRIDE)]
+    for depth in depths:
+        deep = nested(depth, kind)
+        for app in fuzz.both():
+            real = real_states(app)[pick]
+            method = "tools/call"
+            params: dict[str, Any] = {"name": real.tool, "arguments": {}, "_meta": meta()}
+            headers = conforming_headers(method, params)
+            if where == "arguments":
+                params["arguments"] = {"name": deep}
+            elif where in ("inputResponses", "resumed"):
+                params["inputResponses"] = {key: {"action": "accept", "content": {"x": deep}} for key in real.answers}
+                if where == "resumed":
+                    params["requestState"] = real.state
+            elif where == "meta":
+                params["_meta"]["deep"] = deep
+            elif where == "params":
+                params = nested(depth, "dict")  # params must stay an object
+            elif where == "legacy":
+                params = {"name": "greet", "arguments": {"name": deep}}
+                headers = legacy_headers(legacy_session(app))
+            else:  # legacy-params: a legacy body without a session, so its era is decided from the body
+                method, params = "initialize", {"protocolVersion": LEGACY_VERSION, "capabilities": deep}
+                headers = legacy_headers(None)
+            body = {"jsonrpc": "2.0", "id": 9, "method": method, "params": params}
+            exchange = app.send(dumps_deep(body), headers, what=f"nested {kind} x{depth} in {where}")
+            assert exchange.status == 400, exchange
+            error = exchange.error()
+            assert error is not None, exchange
+            assert error["code"] == -32700, exchange
 
 
 # --- targeted cases ------------------------------------------------------------------------------------------------

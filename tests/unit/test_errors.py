@@ -28,6 +28,7 @@ from ext_tasks.protocol.errors import (
     MissingMeta,
     ParseError,
     ProtocolError,
+    RequestStateTooLarge,
     ResourceNotFound,
     UnsupportedProtocolVersion,
 )
@@ -63,6 +64,7 @@ def test_error_codes_are_the_numbers_of_the_spec() -> None:
         (ResourceNotFound("file:///missing"), -32602, 200),
         (InternalError("Internal error"), -32603, 500),
         (Busy("retry"), -32603, 503),
+        (RequestStateTooLarge(300_000, 262_144), -32603, 413),
         (LimitExceeded("slow down", limit="poll_rate", retry_after_s=2), -31429, 429),
         (HeaderMismatch("Header mismatch"), -32020, 400),
         (MissingClientCapability({"elicitation": {}}), -32021, 400),

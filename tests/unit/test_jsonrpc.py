@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from ext_tasks.protocol.errors import INVALID_REQUEST, PARSE_ERROR, InvalidRequest, ParseError
 from ext_tasks.protocol.jsonrpc import (
+    MAX_DEPTH,
     Notification,
     Request,
     Response,
@@ -197,3 +200,96 @@ def test_encoded_result_decodes_back_to_the_same_message() -> None:
     assert decode_message(encode(message)) == Response(
         id=9, result={"resultType": "complete", "text": "héllo"}, error=None
     )
+
+
+# --- nesting depth ------------------------------------------------------------------------------------
+
+
+def nested_body(
+    depth: int, kind: str = "list", where: str = "arguments", request_id: bytes = b"1", *, padding: int = 0
+) -> bytes:
+    """A tools/call whose deepest value is ``depth`` levels down, counting the message object as 1;
+    ``padding`` adds that many shallow arrays, so the body has more brackets than levels."""
+    prefix, suffix, levels = {
+        "arguments": (b'"params":{"name":"x","arguments":{"deep":', b"}}", 3),
+        "inputResponses": (b'"params":{"name":"x","inputResponses":{"k":{"action":"accept","content":', b"}}}", 4),
+        "meta": (b'"params":{"name":"x","_meta":{"deep":', b"}}", 3),
+        "params": (b'"params":', b"", 1),  # params itself is the deep value (an object, as it must be)
+    }[where]
+    opening, closing = (b"[", b"]") if kind == "list" and where != "params" else (b'{"a":', b"}")
+    inner = depth - levels
+    deep = opening * inner + b"0" + closing * inner
+    pad = b'"pad":[' + b",".join([b"[]"] * padding) + b"],"
+    return b'{"jsonrpc":"2.0","id":' + request_id + b',"method":"tools/call",' + pad + prefix + deep + suffix + b"}"
+
+
+def depth_of(value: object) -> int:
+    if isinstance(value, dict):
+        return 1 + max(map(depth_of, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(depth_of, value), default=0)
+    return 0
+
+
+@pytest.mark.parametrize("padding", [0, 50], ids=["no-padding", "padding"])
+@pytest.mark.parametrize("kind", ["list", "object"])
+@pytest.mark.parametrize("where", ["arguments", "inputResponses", "meta", "params"])
+def test_nesting_down_to_the_depth_limit_is_accepted(kind: str, where: str, padding: int) -> None:
+    body = nested_body(MAX_DEPTH, kind, where, padding=padding)
+    assert depth_of(json.loads(body)) == MAX_DEPTH
+
+    message = decode_message(body)
+
+    assert isinstance(message, Request)
+
+
+@pytest.mark.parametrize("padding", [0, 50], ids=["no-padding", "padding"])
+@pytest.mark.parametrize("depth", [MAX_DEPTH + 1, 500, 970, 990])
+@pytest.mark.parametrize("kind", ["list", "object"])
+@pytest.mark.parametrize("where", ["arguments", "inputResponses", "meta", "params"])
+def test_nesting_deeper_than_the_limit_is_a_parse_error(depth: int, kind: str, where: str, padding: int) -> None:
+    with pytest.raises(ParseError) as caught:
+        decode_message(nested_body(depth, kind, where, padding=padding))
+
+    assert caught.value.code == PARSE_ERROR
+    assert caught.value.http_status == 400
+    assert caught.value.message == f"Parse error: JSON nested deeper than {MAX_DEPTH} levels"
+
+
+@pytest.mark.parametrize("depth", [5_000, 100_000])
+def test_nesting_deeper_than_the_decoder_itself_goes_is_the_same_parse_error(depth: int) -> None:
+    for body in (nested_body(depth), b"[" * depth):
+        with pytest.raises(ParseError) as caught:
+            decode_message(body)
+
+        assert caught.value.message == f"Parse error: JSON nested deeper than {MAX_DEPTH} levels"
+
+
+def test_brackets_inside_strings_are_not_nesting() -> None:
+    text = "[" * 5_000 + "{" * 5_000
+    body = (
+        b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":{"t":"'
+        + text.encode()
+        + b'"}}}'
+    )
+
+    message = decode_message(body)
+
+    assert isinstance(message, Request)
+    assert message.params["arguments"]["t"] == text
+
+
+def test_many_shallow_containers_are_not_nesting() -> None:
+    items = b",".join([b'{"a":[1,{"b":[]}]}'] * 2_000)
+    body = b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":{"rows":[' + items + b"]}}}"
+
+    message = decode_message(body)
+
+    assert isinstance(message, Request)
+    assert len(message.params["arguments"]["rows"]) == 2_000
+
+
+@pytest.mark.parametrize("depth", [MAX_DEPTH + 1, 980, 5_000])
+def test_id_of_a_body_nested_too_deep_is_none(depth: int) -> None:
+    assert id_of(nested_body(MAX_DEPTH, request_id=b"7")) == 7
+    assert id_of(nested_body(depth, request_id=b"7")) is None

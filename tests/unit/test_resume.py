@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from ext_tasks.protocol.errors import INVALID_PARAMS, InvalidRequestState
+from ext_tasks.protocol.errors import INTERNAL_ERROR, INVALID_PARAMS, InvalidRequestState, RequestStateTooLarge
 from ext_tasks.protocol.resume import (
     CLOCK_SKEW_S,
     MAX_TOKEN_CHARS,
@@ -409,3 +409,59 @@ def test_token_with_non_ascii_characters_is_rejected(codec: ResumeCodec) -> None
     token = seal(codec)
 
     assert rejection(codec, token[:10] + "é" + token[11:])
+
+
+# --- what a state carries, and how large it may be ----------------------------------------------------
+
+
+def test_the_asked_keys_come_back_with_the_state(codec: ResumeCodec) -> None:
+    token = codec.seal(BINDING, state=STATE, responses=RESPONSES, asked=["later", "confirm"])
+
+    claims = codec.unseal(token, BINDING)
+
+    assert claims.asked == frozenset({"confirm", "later"})
+    assert claims.responses == RESPONSES
+
+
+def test_a_state_sealed_without_asked_keys_has_none(codec: ResumeCodec) -> None:
+    assert codec.unseal(seal(codec), BINDING).asked == frozenset()
+
+
+def padded(size: int) -> dict[str, dict[str, Any]]:
+    return {"big": {"action": "accept", "content": {"text": "x" * size}}}
+
+
+def test_a_state_longer_than_unseal_accepts_is_never_sealed(codec: ResumeCodec) -> None:
+    with pytest.raises(RequestStateTooLarge) as caught:
+        codec.seal(BINDING, state=STATE, responses=padded(MAX_TOKEN_CHARS))
+
+    error = caught.value
+    assert error.code == INTERNAL_ERROR
+    assert error.limit == MAX_TOKEN_CHARS
+    assert error.size > MAX_TOKEN_CHARS
+    assert error.to_error()["data"] == {"stateChars": error.size, "maxStateChars": MAX_TOKEN_CHARS}
+    assert f"{error.size} characters" in error.message
+    assert str(MAX_TOKEN_CHARS) in error.message
+    assert "x" * 20 not in error.message
+
+
+def test_a_large_tool_state_is_refused_like_large_answers(codec: ResumeCodec) -> None:
+    with pytest.raises(RequestStateTooLarge):
+        codec.seal(BINDING, state="s" * MAX_TOKEN_CHARS)
+
+
+def test_the_largest_state_that_seals_is_accepted_back(codec: ResumeCodec) -> None:
+    fits, too_large = 0, MAX_TOKEN_CHARS
+    while too_large - fits > 1:
+        size = (fits + too_large) // 2
+        try:
+            codec.seal(BINDING, responses=padded(size))
+        except RequestStateTooLarge:
+            too_large = size
+        else:
+            fits = size
+
+    token = codec.seal(BINDING, responses=padded(fits))
+
+    assert MAX_TOKEN_CHARS - 4 <= len(token) <= MAX_TOKEN_CHARS
+    assert codec.unseal(token, BINDING).responses == padded(fits)
