@@ -11,6 +11,7 @@ before it finishes is still answered as plain JSON, with its proper HTTP status.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -121,7 +122,9 @@ class Engine:
         """End open subscription streams gracefully (server shutdown)."""
         self.hub.close()
 
-    async def handle(self, body: bytes, headers: Headers, principal: Principal) -> Reply:
+    async def handle(self, body: bytes, headers: Headers, principal: Principal, *, own_wait: bool = True) -> Reply:
+        """Answer one request. ``own_wait=False``: a listen opened on behalf of a wait that is already
+        counted against the caller's cap (the legacy shim's GET stream follows its tasks this way)."""
         try:
             message = decode_message(body)
         except ProtocolError as exc:
@@ -132,17 +135,17 @@ class Engine:
         if isinstance(message, Response):
             error = InvalidRequest("Invalid Request: this server sends no requests, so it accepts no responses")
             return JsonReply.error(message.id, error)
-        return await self._handle_request(message, headers, principal)
+        return await self._handle_request(message, headers, principal, own_wait)
 
-    async def _handle_request(self, request: Request, headers: Headers, principal: Principal) -> Reply:
+    async def _handle_request(self, request: Request, headers: Headers, principal: Principal, own_wait: bool) -> Reply:
         started = time.perf_counter()
-        reply = await self._dispatch(request, headers, principal)
+        reply = await self._dispatch(request, headers, principal, own_wait)
         error = reply.message.get("error") if isinstance(reply, JsonReply) and reply.message else None
         outcome = "ok" if error is None else str(error.get("code"))
         observe_request(method_label(request.method), outcome, time.perf_counter() - started)
         return reply
 
-    async def _dispatch(self, request: Request, headers: Headers, principal: Principal) -> Reply:
+    async def _dispatch(self, request: Request, headers: Headers, principal: Principal, own_wait: bool) -> Reply:
         try:
             envelope = check_envelope(
                 request, headers, self._header_params(request), strict_headers=self.options.strict_headers
@@ -150,7 +153,7 @@ class Engine:
             for header in envelope.tolerated_headers:
                 header_tolerated(header)
             if request.method == "subscriptions/listen":
-                return await self._listen(request, envelope, principal)
+                return await self._listen(request, envelope, principal, own_wait)
             handler = self._handlers.get(request.method)
             if handler is None:
                 raise MethodNotFound(f"Method not found: {request.method}")
@@ -230,7 +233,7 @@ class Engine:
 
     # --- subscriptions/listen ---------------------------------------------------------------------
 
-    async def _listen(self, request: Request, envelope: Envelope, principal: Principal) -> StreamReply:
+    async def _listen(self, request: Request, envelope: Envelope, principal: Principal, own_wait: bool) -> StreamReply:
         params = validate_params(ListenParams, request.params)  # caps the ids and URIs one listen may name
         wanted = params.notifications
         honored: dict[str, Any] = {}
@@ -247,19 +250,19 @@ class Engine:
             # Only the caller's own tasks are honored; others are left out of the acknowledgement
             # exactly like ids that do not exist.
             honored["taskIds"] = await self.tasks.owned(list(dict.fromkeys(wanted.task_ids)), principal)
-        stream = self._subscription(request.id, honored, principal)
+        stream = self._subscription(request.id, honored, principal, own_wait)
         # The acknowledgement comes once the stream holds its place among the caller's waits and its
         # subscriptions are live: a refusal (429) or a store failure (503) is still the HTTP answer.
         first = await anext(stream)
         return StreamReply(_chain(first, stream))
 
     async def _subscription(
-        self, subscription_id: RequestId, honored: dict[str, Any], principal: Principal
+        self, subscription_id: RequestId, honored: dict[str, Any], principal: Principal, own_wait: bool
     ) -> AsyncIterator[StreamItem]:
         meta = {META_SUBSCRIPTION_ID: subscription_id}
         watched = set(honored.get("resourceSubscriptions", ()))
         task_ids = frozenset(honored.get("taskIds", ()))
-        with self.waits.hold(principal.id):
+        with self.waits.hold(principal.id) if own_wait else contextlib.nullcontext():
             async with self.hub.subscribe(task_ids) as events:
                 yield notification_message(
                     "notifications/subscriptions/acknowledged", {"_meta": meta, "notifications": honored}

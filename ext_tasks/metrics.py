@@ -53,6 +53,11 @@ HEADERS_TOLERATED: Final = Counter(
     ["header"],
     registry=REGISTRY,
 )
+OPEN_WAITS: Final = Gauge(
+    "ext_tasks_open_waits",
+    "Long waits open in this process (subscriptions/listen, legacy GET streams and tasks/result).",
+    registry=REGISTRY,
+)
 KNOWN_METHODS: Final = frozenset(
     {
         "server/discover",

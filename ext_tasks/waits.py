@@ -13,6 +13,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Final
 
+from .metrics import OPEN_WAITS
 from .protocol.errors import LimitExceeded
 
 #: Open waits per principal and process unless configured (``EXT_TASKS_MAX_WAITS``; 0: no cap).
@@ -39,9 +40,11 @@ class WaitLimit:
                 retry_after_s=1,
             )
         self._open[principal] = count + 1
+        OPEN_WAITS.inc()
         try:
             yield
         finally:
+            OPEN_WAITS.dec()
             left = self._open[principal] - 1
             if left:
                 self._open[principal] = left

@@ -100,7 +100,9 @@ class EngineUpstream:
             tool = self.engine.registry.tools.get(str(call.params.get("name")))
             header_params = tool.header_params if tool is not None else {}
         headers = {name.lower(): [value] for name, value in call.headers(header_params).items()}
-        reply = await self.engine.handle(encode(call.body()), headers, caller.principal)
+        # The shim counts its own waits (a GET stream, a tasks/result): what it opens for them is not
+        # counted a second time.
+        reply = await self.engine.handle(encode(call.body()), headers, caller.principal, own_wait=False)
         if isinstance(reply, JsonReply):
             if reply.message is not None:
                 yield reply.message

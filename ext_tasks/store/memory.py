@@ -58,19 +58,22 @@ class MemoryTaskStore:
     def sweep(self) -> None:
         """Forget what has lapsed, and the soonest-lapsing entries beyond :data:`CEILING` in each map."""
         now = self._clock_ms()
-        for task_id, record in list(self._records.items()):
+        live: dict[str, TaskRecord] = {}
+        for task_id, record in self._records.items():
             expires = record.expires_at_ms
             if expires is not None and expires <= now:
-                del self._records[task_id]
                 self._tombstones[task_id] = (record.owner, expires + TOMBSTONE_MS)
+            else:
+                live[task_id] = record
+        self._records = live  # a new dict: a dict never gives back the room its deleted entries took
         self._tombstones = within_ceiling({key: value for key, value in self._tombstones.items() if value[1] > now})
         self._idempotency = within_ceiling({key: value for key, value in self._idempotency.items() if value[1] > now})
         self._claims = within_ceiling({key: until for key, until in self._claims.items() if until > now})
         for limits in (self._active, self._stored):
             for owner in list(limits):
-                live = {task_id: until for task_id, until in limits[owner].items() if until > now}
-                if live:
-                    limits[owner] = live
+                kept = {task_id: until for task_id, until in limits[owner].items() if until > now}
+                if kept:
+                    limits[owner] = kept
                 else:
                     del limits[owner]
 

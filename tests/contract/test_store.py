@@ -11,7 +11,15 @@ import pytest
 
 from ext_tasks.protocol.states import TaskStatus
 from ext_tasks.protocol.tasks import TaskRecord, cancelled, completed
-from ext_tasks.store.base import ActiveLimit, ExistingTask, Expired, IdempotencyClaim, TaskStore, TooManyActiveTasks
+from ext_tasks.store.base import (
+    ActiveLimit,
+    ExistingTask,
+    Expired,
+    IdempotencyClaim,
+    TaskStore,
+    TooManyActiveTasks,
+    TooManyStoredTasks,
+)
 from ext_tasks.store.valkey import ValkeyTaskStore
 from tests.support.valkey import ValkeyServer
 
@@ -251,3 +259,28 @@ async def test_the_active_task_cap_counts_unfinished_tasks_of_one_owner(store: T
     assert await store.create(make_record("cap-bob", owner="bob"), limit=limit) is None
     assert await store.commit(completed(first, {"content": []}, now + 1), expect_version=1)
     assert await store.create(make_record("cap-4"), limit=limit) is None
+
+
+async def test_the_stored_task_cap_counts_tasks_in_any_status_until_they_expire(store: TaskStore) -> None:
+    now = int(time.time() * 1000)
+    limit = ActiveLimit(cap=0, now_ms=now, stored_cap=2)
+    first = make_record("kept-1")
+    assert await store.create(first, limit=limit) is None
+    assert await store.create(make_record("kept-2"), limit=limit) is None
+    # Finishing a task does not free its place: it is still kept (and readable) until it expires.
+    assert await store.commit(completed(first, {"content": []}, now + 1), expect_version=1)
+    with pytest.raises(TooManyStoredTasks):
+        await store.create(make_record("kept-3"), limit=limit)
+    assert await store.lookup("kept-3") is None
+    assert await store.create(make_record("kept-bob", owner="bob"), limit=limit) is None
+    # A task that has expired no longer counts.
+    later = ActiveLimit(cap=0, now_ms=now + 61_000, stored_cap=2)
+    assert await store.create(make_record("kept-4", created_at_ms=now + 61_000), limit=later) is None
+
+
+async def test_owners_of_many_tasks_in_one_call(store: TaskStore) -> None:
+    await store.create(make_record("own-a"))
+    await store.create(make_record("own-b", owner="bob"))
+    found = await store.owners(["own-a", "own-b", "never-created", "own-a"])
+    assert found == {"own-a": "alice", "own-b": "bob"}
+    assert await store.owners([]) == {}
