@@ -132,13 +132,21 @@ class ChangeHub:
         if self._current is None:
             return
         watched = set().union(*self._watching.values()) if self._watching else set()
+        gone: set[str] = set()
         for task_id in sorted(watched):
             try:
                 event = await self._current(task_id)
             except Exception:  # noqa: BLE001 - the store broke again: the next live moment retries
                 return
-            if event is not None and event.get("version", 0) > self._versions.get(task_id, 0):
+            if event is None:
+                gone.add(task_id)  # lost with the store (it came back empty)
+            elif event.get("version", 0) > self._versions.get(task_id, 0):
                 self._dispatch(event)
+        # A stream watching a task that no longer exists ends with its final result: the client
+        # subscribes again and learns from the new acknowledgement which of its tasks are left.
+        for queue, task_ids in list(self._watching.items()):
+            if task_ids & gone:
+                _put_dropping_oldest(queue, _CLOSED)
 
     def close(self) -> None:
         """End every subscription (server shutdown): each stream then closes gracefully."""

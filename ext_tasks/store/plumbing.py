@@ -78,6 +78,7 @@ class Channels:
         self._client = client
         self._subscribers: dict[str, set[asyncio.Queue[str | None]]] = {}
         self._confirmed: dict[str, asyncio.Future[None]] = {}
+        self._resubscribing: set[str] = set()
         self._pubsub: PubSub | None = None
         self._reader: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
@@ -157,9 +158,10 @@ class Channels:
             confirmed = self._confirmed.get(channel)
             if confirmed is not None and not confirmed.done():
                 confirmed.set_result(None)
-                return
-            for queue in self._subscribers.get(channel, ()):  # re-subscribed after a reconnection
-                _put(queue, None)
+            if channel in self._resubscribing:  # live again after a reconnection: tell the subscribers
+                self._resubscribing.discard(channel)
+                for queue in self._subscribers.get(channel, ()):
+                    _put(queue, None)
         elif kind == "message":
             for queue in self._subscribers.get(channel, ()):
                 _put(queue, str(message["data"]))
@@ -180,11 +182,9 @@ class Channels:
         except Exception:  # noqa: BLE001 - still down: the read loop tries again after a longer pause
             return
         self._pubsub = pubsub
-        for channel in channels:
-            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            done.set_result(None)
-            self._confirmed[channel] = done
-        # The confirmations now arrive through _read and tell each subscriber it is live again.
+        # The confirmations arrive through _read, and each tells that channel's subscribers they are
+        # live again (and resolves the future a new subscriber of the channel would wait on).
+        self._resubscribing = set(channels)
         for channel in channels:
             self._confirmed[channel] = asyncio.get_running_loop().create_future()
 

@@ -241,3 +241,11 @@ def test_codecs_built_from_the_same_keys_share_states(caplog: pytest.LogCaptureF
 def test_authenticator_is_anonymous_without_tokens_and_bearer_with_them() -> None:
     assert isinstance(build_authenticator(Settings()), AnonymousAuthenticator)
     assert isinstance(build_authenticator(Settings(tokens={"t": "alice"})), BearerTokenAuthenticator)
+
+
+def test_a_request_body_has_30_seconds_to_arrive_unless_configured() -> None:
+    assert Settings().body_timeout_s == 30.0
+    assert settings_from_env({}).body_timeout_s == 30.0
+    assert settings_from_env({"EXT_TASKS_BODY_TIMEOUT_S": "1.5"}).body_timeout_s == 1.5
+    with pytest.raises(ConfigError, match="EXT_TASKS_BODY_TIMEOUT_S"):
+        settings_from_env({"EXT_TASKS_BODY_TIMEOUT_S": "0"}).validate()

@@ -9,6 +9,7 @@ store to commit a status (``WatchedStore.wait_for``), each wait bounded by ``any
 from __future__ import annotations
 
 import itertools
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -17,10 +18,13 @@ import anyio
 import pytest
 
 from ext_tasks import Context, InputRequired, Principal, ProtocolError, ToolError, ToolRegistry, elicit
+from ext_tasks import server as server_module
+from ext_tasks.config import Settings
 from ext_tasks.protocol.envelope import Envelope
-from ext_tasks.protocol.errors import INTERNAL_ERROR, MISSING_REQUIRED_CLIENT_CAPABILITY
+from ext_tasks.protocol.errors import INTERNAL_ERROR, MISSING_REQUIRED_CLIENT_CAPABILITY, Busy
 from ext_tasks.protocol.states import TaskStatus
 from ext_tasks.protocol.tasks import TaskRecord, detailed_task_wire
+from ext_tasks.store.base import Run
 from ext_tasks.store.memory import MemoryTaskStore
 from ext_tasks.task_methods import TaskMethods
 from ext_tasks.worker import Worker, WorkerOptions
@@ -639,3 +643,78 @@ async def test_stop_lets_a_run_finish_within_the_grace_period(
     assert stored.status is TaskStatus.COMPLETED
     assert texts(stored.result) == ["late result"]
     assert await store.next_runs("probe", 10, block_ms=50) == []  # nothing was given back
+
+
+# --- supervision: a loop that dies is started again, and the process is not ready meanwhile ----------
+
+
+class BrokenOnceStore(WatchedStore):
+    """``next_runs`` raises once, an exception the worker does not expect (a bug, not an outage), then
+    works again; the events tell when it broke and when the loop called it again."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+        self.broke = anyio.Event()
+        self.called_again = anyio.Event()
+
+    async def next_runs(self, consumer: str, count: int, block_ms: int) -> list[Run]:
+        self.calls += 1
+        if self.calls == 1:
+            self.broke.set()
+            raise RuntimeError("injected: next_runs broke")
+        self.called_again.set()
+        return await super().next_runs(consumer, count, block_ms)
+
+
+def healthy(worker: Worker) -> bool:
+    """``worker.healthy`` read afresh (a plain attribute read would be narrowed by the asserts before it)."""
+    return worker.healthy
+
+
+async def test_a_worker_loop_that_dies_is_logged_and_started_again(
+    registry: ToolRegistry, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = BrokenOnceStore()
+    worker = Worker(store, registry, WorkerOptions(block_ms=50, restart_pause_s=0.2))
+    assert not healthy(worker)  # not started yet
+    caplog.set_level(logging.ERROR, logger="ext_tasks.worker")
+    async with running(worker):
+        with anyio.fail_after(WAIT_S):
+            await store.broke.wait()
+        assert not healthy(worker)  # the loop that takes runs is down, waiting to be started again
+        with anyio.fail_after(WAIT_S):
+            await store.called_again.wait()
+        assert healthy(worker)
+        # The restarted loop really takes runs.
+        task_id = await add_task(store, "add", {"a": 40, "b": 2})
+        done = await store.wait_for(task_id, TaskStatus.COMPLETED, TaskStatus.FAILED)
+    assert texts(done.result) == ["42"]
+    deaths = [record for record in caplog.records if record.name == "ext_tasks.worker" and "died" in record.message]
+    assert len(deaths) == 1, [record.message for record in caplog.records]
+    assert "take-runs" in deaths[0].message
+    assert deaths[0].exc_info is not None
+    assert "injected: next_runs broke" in str(deaths[0].exc_info[1])
+
+
+async def test_the_runtime_is_not_ready_while_a_worker_loop_is_down(
+    registry: ToolRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = BrokenOnceStore()
+    monkeypatch.setattr(server_module, "build_store", lambda settings: store)
+    runtime = server_module.Runtime(registry, Settings())
+    assert runtime.store is store
+    with pytest.raises(Busy):
+        await runtime.ready()  # its workers have not started
+    await runtime.start()
+    try:
+        with anyio.fail_after(WAIT_S):
+            await store.broke.wait()
+        with pytest.raises(Busy):
+            await runtime.ready()
+        with anyio.fail_after(WAIT_S):
+            await store.called_again.wait()  # started again after the restart pause
+        await runtime.ready()
+    finally:
+        with anyio.fail_after(WAIT_S):
+            await runtime.stop()
