@@ -269,7 +269,10 @@ class Engine:
                 )
                 while True:
                     try:
-                        event = await asyncio.wait_for(events.get(), timeout=self.options.keepalive_s)
+                        # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancellation
+                        # that arrives as the get completes, and the stream would outlive its client.
+                        async with asyncio.timeout(self.options.keepalive_s):
+                            event = await events.get()
                     except TimeoutError:
                         yield None
                         continue

@@ -269,7 +269,8 @@ class LegacyTasks:
         """Forward the client's answers as ``tasks/update``, or wait one poll interval."""
         wait_s = min(max((poll_ms if isinstance(poll_ms, int) else 500) / 1000, 0.05), 2.0)
         try:
-            answered = relay.answer(await asyncio.wait_for(inbox.get(), timeout=wait_s))
+            async with asyncio.timeout(wait_s):  # not wait_for, which can swallow a cancellation on 3.11
+                answered = relay.answer(await inbox.get())
         except TimeoutError:
             return
         if answered is not None:

@@ -179,7 +179,8 @@ class MemoryTaskStore:
 
     async def next_runs(self, consumer: str, count: int, block_ms: int) -> list[Run]:
         try:
-            first = await asyncio.wait_for(self._queue.get(), timeout=block_ms / 1000)
+            async with asyncio.timeout(block_ms / 1000):  # not wait_for: it can swallow a cancellation
+                first = await self._queue.get()
         except TimeoutError:
             return []
         ids = [first]

@@ -14,24 +14,21 @@ These tests drive the wire by hand against real servers (one, and three behind n
 from __future__ import annotations
 
 import contextlib
-import json
 import queue
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 
 from tests.support.cluster import Cluster, running_cluster, wait_for
+from tests.support.legacy import WAIT_S, Session, Stream
 from tests.support.processes import ServerProcess, running_server
 
 pytestmark = pytest.mark.e2e
 
 RELATED_TASK = "io.modelcontextprotocol/related-task"
 TOOLS = "ext_tasks.examples.conformance"
-WAIT_S = 15.0
 #: Streams send a keep-alive every half second, so a reader thread the test stops sees its stop flag at
 #: once (a blocked httpx read cannot be interrupted from another thread) and drops the connection.
 QUICK_TICKS = {"EXT_TASKS_KEEPALIVE_S": "0.5"}
@@ -47,106 +44,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     with running_cluster(tmp_path_factory.mktemp("get-stream-fleet"), tools=TOOLS, env=QUICK_TICKS) as cluster:
         yield cluster
-
-
-class Session:
-    """A hand-driven 2025-11-25 session; requests go to ``urls`` in turn (one server, or instances)."""
-
-    def __init__(self, *urls: str) -> None:
-        self.urls = urls
-        self._turn = 0
-        self.client = httpx.Client(timeout=10.0, headers={"Accept": "application/json, text/event-stream"})
-        init = {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {"elicitation": {}},
-            "clientInfo": {"name": "get-stream-test", "version": "1"},
-        }
-        body = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": init}
-        response = self.client.post(self.next_url(), json=body)
-        self.headers = {"Mcp-Session-Id": response.headers["mcp-session-id"], "MCP-Protocol-Version": "2025-11-25"}
-        self.ids = iter(range(1, 10_000))
-
-    def next_url(self) -> str:
-        self._turn += 1
-        return self.urls[self._turn % len(self.urls)]
-
-    def call(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
-        body = {"jsonrpc": "2.0", "id": next(self.ids), "method": method, "params": params}
-        message: dict[str, Any] = self.client.post(self.next_url(), json=body, headers=self.headers).json()
-        return message
-
-    def start_confirm_delete(self, filename: str) -> str:
-        created = self.call("tools/call", {"name": "confirm_delete", "arguments": {"filename": filename}, "task": {}})
-        task_id: str = created["result"]["task"]["taskId"]
-        return task_id
-
-    def answer(self, request: dict[str, Any], confirm: bool = True) -> None:
-        response = {
-            "jsonrpc": "2.0",
-            "id": request["id"],
-            "result": {"action": "accept", "content": {"confirm": confirm}},
-        }
-        reply = self.client.post(self.next_url(), json=response, headers=self.headers)
-        assert reply.status_code == 202, reply.text
-
-    def status(self, task_id: str) -> str:
-        status: str = self.call("tasks/get", {"taskId": task_id})["result"]["status"]
-        return status
-
-
-class Stream:
-    """An SSE response (the GET stream, or a ``tasks/result``) read in a thread; every server→client
-    request on it lands in ``requests``, the final response (if any) in ``final``."""
-
-    def __init__(self, session: Session, method: str = "GET", body: dict[str, Any] | None = None) -> None:
-        self.requests: queue.Queue[dict[str, Any]] = queue.Queue()
-        self.final: queue.Queue[dict[str, Any]] = queue.Queue()
-        self.opened = threading.Event()
-        self._stop = threading.Event()
-        self._client = httpx.Client(timeout=httpx.Timeout(10.0, read=30.0))
-        self._thread = threading.Thread(target=self._read, args=(session, method, body), daemon=True)
-        self._thread.start()
-        # A GET stream's first line comes once its subscriptions are live; a waiting tasks/result sends
-        # nothing (not even its headers) until it has something to say.
-        assert method == "POST" or self.opened.wait(WAIT_S), "the stream did not open"
-
-    def _read(self, session: Session, method: str, body: dict[str, Any] | None) -> None:
-        headers = {**session.headers, "Accept": "text/event-stream, application/json"}
-        with (
-            contextlib.suppress(httpx.TransportError, RuntimeError),  # (closed from the test's thread)
-            self._client.stream(method, session.next_url(), headers=headers, json=body) as response,
-        ):
-            if response.headers.get("content-type", "").startswith("application/json"):
-                self.final.put(json.loads(response.read()))  # answered at once, without a stream
-                return
-            for line in response.iter_lines():
-                self.opened.set()
-                if self._stop.is_set():
-                    return
-                if not line.startswith("data:"):
-                    continue
-                message = json.loads(line[5:])
-                if "method" in message and "id" in message:
-                    self.requests.put(message)
-                elif "id" in message:
-                    self.final.put(message)
-
-    def next_request(self, timeout_s: float = WAIT_S) -> dict[str, Any]:
-        return self.requests.get(timeout=timeout_s)
-
-    def no_request_within(self, seconds: float) -> bool:
-        try:
-            self.requests.get(timeout=seconds)
-        except queue.Empty:
-            return True
-        return False
-
-    def close(self) -> None:
-        """Drop the connection, as a client that goes away does."""
-        self._stop.set()
-        self._client.close()
-        self._thread.join(timeout=WAIT_S)
-        assert not self._thread.is_alive()
 
 
 def tasks_result(session: Session, task_id: str) -> Stream:
