@@ -77,7 +77,12 @@ class InvalidRequest(ProtocolError):
 
 
 class BodyTooLarge(InvalidRequest):
+    """The rest of the body is not read, so the connection cannot carry another request: it closes."""
+
     http_status = 413
+
+    def http_headers(self) -> dict[str, str]:
+        return {"Connection": "close"}
 
 
 class ForbiddenOrigin(InvalidRequest):

@@ -2,7 +2,8 @@
 
 * :func:`connect`: a client whose connection pool is **bounded** (``max_connections``): a burst of
   requests waits up to ``pool_timeout_s`` for a connection, then fails as "store unavailable", instead
-  of opening connections until Valkey's client limit takes the whole fleet down.
+  of opening connections until Valkey's client limit takes the whole fleet down. Connections left idle
+  by a burst are closed after ``IDLE_S``, so the count falls back when the burst is over.
 * :func:`unavailable_on_connection_errors`: the one mapping of a broken connection to
   :class:`~.base.TaskStoreUnavailable` (HTTP 503, "retry later"); protocol errors of Valkey
   (``ResponseError``, a script bug) pass through.
@@ -18,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, Final
 
@@ -31,6 +33,8 @@ logger = logging.getLogger("ext_tasks.store")
 
 #: Connections one client may hold at once (commands, blocking reads and the pub/sub connection).
 MAX_CONNECTIONS: Final = 64
+#: How long a pooled connection may sit unused before it is closed.
+IDLE_S: Final = 10.0
 _SUBSCRIBE_TIMEOUT_S: Final = 5.0
 _QUEUE_SIZE: Final = 1024
 
@@ -51,12 +55,14 @@ def connect(
     max_connections: int = MAX_CONNECTIONS,
     connect_timeout_s: float = 2.0,
     pool_timeout_s: float = 2.0,
+    idle_s: float = IDLE_S,
 ) -> Valkey:
     """A client for ``url`` (``valkey://HOST:PORT/DB``) with a bounded, blocking connection pool."""
-    pool = BlockingConnectionPool.from_url(
+    pool = TrimmedPool.from_url(
         url,
         max_connections=max_connections,
         timeout=pool_timeout_s,
+        idle_s=idle_s,
         decode_responses=True,
         socket_connect_timeout=connect_timeout_s,
         socket_timeout=10.0,
@@ -64,6 +70,58 @@ def connect(
         retry_on_timeout=False,
     )
     return Valkey(connection_pool=pool)
+
+
+class TrimmedPool(BlockingConnectionPool):
+    """A bounded, blocking pool that also closes connections idle for longer than :data:`IDLE_S`.
+
+    valkey-py's pools keep every connection they ever opened; after a burst the idle ones would stay
+    open for good. This relies on the pool's list of idle connections (``_available_connections``,
+    valkey-py 6), which is why the dependency is pinned below 7.
+    """
+
+    def __init__(self, *args: Any, idle_s: float = IDLE_S, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._idle_s = idle_s
+        self._idle_since: dict[int, float] = {}
+        self._trimmer: asyncio.Task[None] | None = None
+
+    async def get_connection(self, command_name: Any, *keys: Any, **options: Any) -> Any:
+        if self._trimmer is None or self._trimmer.done():
+            self._trimmer = asyncio.create_task(self._trim_forever(), name="ext-tasks-pool-trim")
+        return await super().get_connection(command_name, *keys, **options)  # type: ignore[no-untyped-call]
+
+    async def release(self, connection: Any) -> None:
+        self._idle_since[id(connection)] = time.monotonic()
+        await super().release(connection)
+
+    async def _trim_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self._idle_s / 2)
+            await self.trim()
+
+    async def trim(self) -> int:
+        """Close the connections idle for longer than ``idle_s``; how many were closed."""
+        now = time.monotonic()
+        async with self._condition:
+            stale = [
+                connection
+                for connection in self._available_connections
+                if now - self._idle_since.get(id(connection), now) > self._idle_s
+            ]
+            for connection in stale:
+                self._available_connections.remove(connection)
+                self._idle_since.pop(id(connection), None)
+        for connection in stale:
+            with contextlib.suppress(Exception):
+                await connection.disconnect()
+        return len(stale)
+
+    async def disconnect(self, inuse_connections: bool = True) -> None:
+        if self._trimmer is not None:
+            self._trimmer.cancel()
+            self._trimmer = None
+        await super().disconnect(inuse_connections)
 
 
 class Channels:

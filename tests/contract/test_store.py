@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, cast
 
 import anyio
 import pytest
@@ -20,8 +23,9 @@ from ext_tasks.store.base import (
     TooManyActiveTasks,
     TooManyStoredTasks,
 )
+from ext_tasks.store.plumbing import TrimmedPool, connect
 from ext_tasks.store.valkey import ValkeyTaskStore
-from tests.support.valkey import ValkeyServer
+from tests.support.valkey import ValkeyServer, running_valkey
 
 pytestmark = pytest.mark.anyio
 
@@ -284,3 +288,36 @@ async def test_owners_of_many_tasks_in_one_call(store: TaskStore) -> None:
     found = await store.owners(["own-a", "own-b", "never-created", "own-a"])
     assert found == {"own-a": "alice", "own-b": "bob"}
     assert await store.owners([]) == {}
+
+
+async def test_connections_left_idle_by_a_burst_are_closed(tmp_path: Path) -> None:
+    """The pool is bounded, and what a burst opened is closed once it has been idle (Valkey's own count,
+    on a Valkey of this test's own, so no other test's connections come and go meanwhile)."""
+    with running_valkey(tmp_path) as valkey:
+        await _burst_then_idle(valkey)
+
+
+async def _burst_then_idle(valkey: ValkeyServer) -> None:
+    client = connect(valkey.url, max_connections=8, idle_s=0.5)
+    assert isinstance(client.connection_pool, TrimmedPool)
+    probe = connect(valkey.url, max_connections=1)
+
+    async def clients_until(done: Callable[[int], bool]) -> int:
+        """Poll Valkey's own count of clients (another process's state: no event to wait on)."""
+        with anyio.fail_after(5):
+            while not done(count := len(await probe.client_list())):  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
+        return count
+
+    try:
+        baseline = len(await probe.client_list())
+        # Ten blocking commands at once on a pool of eight: two wait (within the pool's 2 s) for a turn.
+        burst = [asyncio.ensure_future(cast(Awaitable[Any], client.blpop([f"b{n}"], timeout=1))) for n in range(10)]
+        during = await clients_until(lambda count: count >= baseline + 8)
+        await asyncio.gather(*burst)
+        assert during - baseline == 8  # never more than the pool's eight
+        # ... and what the burst opened is closed once it has been idle (one may stay for the next use).
+        await clients_until(lambda count: count <= baseline + 1)
+    finally:
+        await client.aclose()
+        await probe.aclose()
