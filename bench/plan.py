@@ -127,8 +127,10 @@ def build_plan(shape: Shape, *, smoke: bool, peers: bool, wrk: bool, only: str |
         ]  # fmt: skip
     if peers:
         stacks += [
-            Stack("sdk", "Python SDK mcp 2.3.0, uvicorn", "sdk", "uvicorn", None, 1, "pinned", "main",
-                  "echo-hc", _steps({"mrtr": shape.mrtr_levels, "replay": sat})),
+            Stack("sdk", "Python SDK mcp 2.3.0, uvicorn (uvloop, httptools)", "sdk", "uvicorn", None, 1, "pinned",
+                  "main", "echo-hc", _steps({"mrtr": shape.mrtr_levels, "replay": sat})),
+            Stack("sdk-hc", "Python SDK mcp 2.3.0, hypercorn (configured as ext-tasks serve)", "sdk", "hypercorn",
+                  None, 1, "pinned", "main", "echo-hc", _steps({"mrtr": shape.mrtr_levels, "replay": sat})),
             Stack("fastmcp-vk", "FastMCP 4.1.4 tasks, uvicorn, Valkey", "fastmcp", "uvicorn", "valkey", 1, "pinned",
                   "main", "echo-hc",
                   _steps({"lifecycle": shape.lifecycle_levels, "lifecycle_input": shape.lifecycle_levels,

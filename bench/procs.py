@@ -270,7 +270,9 @@ class Venv:
         return None
 
 
-SDK_VENV = Venv("bench-mcp2", ("mcp==2.3.0", "uvloop", "httptools"))
+#: The SDK peer runs on uvicorn (its own default) and on hypercorn, ext-tasks' server: the same version range
+#: as ext-tasks' pyproject.toml, and uvloop for hypercorn's uvloop worker class.
+SDK_VENV = Venv("bench-mcp2", ("mcp==2.3.0", "uvloop", "httptools", "hypercorn>=0.18,<0.19"))
 FASTMCP_VENV = Venv("bench-fastmcp4", ("fastmcp[tasks]==4.1.4", "uvloop", "httptools"))
 
 

@@ -31,6 +31,7 @@ LABELS: Final[dict[str, str]] = {
     "ext-gr-mem": "ext-tasks, granian, memory",
     "ext-gr-vk": "ext-tasks, granian, Valkey",
     "sdk": "Python SDK 2.3.0 (uvicorn)",
+    "sdk-hc": "Python SDK 2.3.0 (hypercorn)",
     "fastmcp-vk": "FastMCP 4.1.4, Valkey (uvicorn)",
     "ext-hc-vk-box1": "ext-tasks, Valkey, 1 proc (box)",
     "ext-hc-vk-box2": "ext-tasks, Valkey, 2 procs (box)",
@@ -43,6 +44,7 @@ COLORS: Final[dict[str, str]] = {
     "ext-gr-mem": "#17becf",
     "ext-gr-vk": "#98df8a",
     "sdk": "#d62728",
+    "sdk-hc": "#e377c2",
     "fastmcp-vk": "#ff7f0e",
     "echo-hc-box1": "#7f7f7f",
     "echo-hc-box2": "#c7c7c7",
@@ -217,13 +219,19 @@ def targets(results: Results) -> list[Target]:
         ))  # fmt: skip
     if c is not None and results.has("sdk"):
         found.append(Target(
-            "MRTR resumes/s ÷ Python SDK 2.3.0 server's",
+            "MRTR resumes/s ÷ Python SDK 2.3.0 server's (uvicorn + httptools)",
             results.paired(("ext-hc-mem", "replay", c), ("sdk", "replay", c), rate), 4.0, True, "×",
             f"`replay` at c={c}, same round",
         ))  # fmt: skip
+    if c is not None and results.has("sdk-hc"):
+        found.append(Target(
+            "MRTR resumes/s ÷ Python SDK 2.3.0 on hypercorn (same HTTP server)",
+            results.paired(("ext-hc-mem", "replay", c), ("sdk-hc", "replay", c), rate), 2.0, True, "×",
+            f"`replay` at c={c}, both on hypercorn configured as `ext-tasks serve`, same round",
+        ))  # fmt: skip
     if c_chain is not None and results.has("sdk"):
         found.append(Target(
-            "MRTR round trips/s ÷ Python SDK 2.3.0 server's",
+            "MRTR round trips/s ÷ Python SDK 2.3.0 server's (uvicorn + httptools)",
             results.paired(("ext-hc-mem", "mrtr", c_chain), ("sdk", "mrtr", c_chain), rate), 4.0, True, "×",
             f"`mrtr` at c={c_chain}, same round",
         ))  # fmt: skip
@@ -317,6 +325,48 @@ def _throughput_table(results: Results, workload: str, unit: str) -> list[str]:
                 f"| {_fmt(results.value(key, workload, level, loader_us))} |"
             )
     return lines
+
+
+#: The SDK peer's stacks, in the order of the peer table's columns.
+SDK_PEERS: Final = (("sdk", "SDK on uvicorn"), ("sdk-hc", "SDK on hypercorn"))
+
+
+def _sdk_table(results: Results, ours: str = "ext-hc-mem") -> list[str]:
+    """ext-tasks (hypercorn, in-memory) against each SDK stack, every ratio taken inside a round."""
+    peers = [(key, name) for key, name in SDK_PEERS if results.has(key)]
+    if not results.has(ours) or not peers:
+        return []
+    head = f"| workload | c | {_label(ours)} | " + " | ".join(name for _, name in peers)
+    head += " | " + " | ".join(f"ours ÷ {name}" for _, name in peers)
+    both = len(peers) == 2
+    if both:
+        head += " | SDK hypercorn ÷ uvicorn"
+    lines = [head + " |", "|---|---:|" + "---:|" * (1 + 2 * len(peers) + both)]
+    for workload in ("mrtr", "replay"):
+        for level in results.levels(ours, workload):
+            if not any(results.find(key, workload, level) for key, _ in peers):
+                continue
+            cells = [_fmt(results.value(ours, workload, level, rate))]
+            cells += [_fmt(results.value(key, workload, level, rate)) for key, _ in peers]
+            cells += [
+                _fmt(results.paired((ours, workload, level), (key, workload, level), rate), 2, "×") for key, _ in peers
+            ]
+            if both:
+                cells.append(_fmt(results.paired(("sdk-hc", workload, level), ("sdk", workload, level), rate), 2, "×"))
+            lines.append(f"| {workload} | {level} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _sdk_section(results: Results, workloads: Sequence[str]) -> list[str]:
+    """The SDK peer table, under the MRTR section (nothing elsewhere, or without an SDK stack)."""
+    table = _sdk_table(results) if "mrtr" in workloads else []
+    if not table:
+        return []
+    servers = {"sdk": "on uvicorn (uvloop, httptools: its own default)",
+               "sdk-hc": "on hypercorn configured as `ext-tasks serve` (the same HTTP server as ours)"}  # fmt: skip
+    on = " and ".join(text for key, text in servers.items() if results.has(key))
+    return [f"**Against the Python SDK 2.3.0 server**, {on}: round trips/s (`mrtr`) and resumes/s (`replay`); "
+            "each ratio is taken inside a round, then its median is shown.", "", *table, ""]  # fmt: skip
 
 
 def _lifecycle_table(results: Results) -> list[str]:
@@ -652,6 +702,7 @@ def write_report(out: Path, meta: dict[str, Any], records: list[Record], *, plot
             lines += [f"**{workload}**: {DESCRIPTIONS[workload]}.", ""]
             table = _throughput_table(results, workload, unit)
             lines += [row for row in table if "(box)" not in row] + [""]
+        lines += _sdk_section(results, workloads)
         if any(name == plot for name, _ in made):
             lines += [f"![{plot}]({plot})", ""]
     if any(r["workload"].startswith("lifecycle") for r in records):

@@ -151,6 +151,9 @@ def _start_server(
     if stack.kind == "sdk":
         key_hex = secrets.token_hex(32)
         command = [str(procs.SDK_VENV.python), "bench/peers/sdk_server.py", "--port", str(port), "--key", key_hex]
+        command += ["--server", stack.server]
+        if stack.server == "hypercorn":
+            command += ["--hypercorn-config", json.dumps(hypercorn_overrides())]
         return procs.start(stack.key, procs.pinned(cpus, command), port=port, log_dir=logs), "/mcp"
     assert valkey is not None
     command = [
@@ -158,6 +161,28 @@ def _start_server(
         "--valkey-url", f"redis://127.0.0.1:{valkey.port}/0", "--name", f"bench-{port}",
     ]  # fmt: skip
     return procs.start(stack.key, procs.pinned(cpus, command), port=port, log_dir=logs), "/mcp"
+
+
+def hypercorn_overrides() -> dict[str, Any]:
+    """What ``ext-tasks serve`` sets on hypercorn's ``Config``, read from ``ext_tasks.cli._hypercorn_config``
+    itself (like the echo baseline, on purpose: the SDK peer on hypercorn must follow any change made to
+    how the real server is served), for ``sdk_server.py --hypercorn-config``. Every attribute the function
+    sets, but the bind (the peer has its own port) and the error logger (a logger object; the peer logs
+    to stderr at warning level, as the benchmark's ext-tasks servers do)."""
+    from ext_tasks import cli
+    from ext_tasks.config import Settings
+
+    config = cli._hypercorn_config(Settings(host="127.0.0.1", port=0))
+    overrides: dict[str, Any] = {}
+    for name, value in vars(config).items():
+        if name in ("_bind", "bind", "errorlog"):
+            continue
+        try:
+            json.dumps(value)
+        except TypeError:
+            raise ValueError(f"ext_tasks.cli sets hypercorn's {name} to {value!r}: pass it to the SDK peer") from None
+        overrides[name] = value
+    return overrides
 
 
 # --- one step -------------------------------------------------------------------------------------
@@ -391,14 +416,21 @@ def _git_commit() -> str:
 
 def _prepare_peers(stacks: list[Stack], options: Options, skipped: dict[str, str]) -> list[Stack]:
     kept = []
+    venvs: dict[str, str | None] = {}  # one install attempt per virtualenv (both SDK stacks share one)
+
+    def ensure(venv: procs.Venv) -> str | None:
+        if venv.name not in venvs:
+            venvs[venv.name] = venv.ensure(options.scratch / "logs")
+        return venvs[venv.name]
+
     for stack in stacks:
         reason = None
         if stack.server == "granian" and _granian() is None:
             reason = "granian is not installed (pip install granian, or the dev extras)"
         elif stack.kind == "sdk":
-            reason = procs.SDK_VENV.ensure(options.scratch / "logs")
+            reason = ensure(procs.SDK_VENV)
         elif stack.kind == "fastmcp":
-            reason = procs.FASTMCP_VENV.ensure(options.scratch / "logs")
+            reason = ensure(procs.FASTMCP_VENV)
         if reason is None:
             kept.append(stack)
         else:
@@ -411,6 +443,8 @@ def _peer_versions(stacks: list[Stack]) -> dict[str, str]:
     versions = {}
     if any(stack.kind == "sdk" for stack in stacks):
         versions["mcp (SDK peer)"] = procs.package_version(procs.SDK_VENV, "mcp")
+        for server in sorted({stack.server for stack in stacks if stack.kind == "sdk"}):
+            versions[f"{server} (SDK peer)"] = procs.package_version(procs.SDK_VENV, server)
     if any(stack.kind == "fastmcp" for stack in stacks):
         versions["fastmcp (peer)"] = procs.package_version(procs.FASTMCP_VENV, "fastmcp")
         versions["fastmcp-tasks (peer)"] = procs.package_version(procs.FASTMCP_VENV, "fastmcp-tasks")

@@ -6,18 +6,30 @@ the state (AES-256-GCM) with a shared key ring (``--key``), exactly as a multi-i
 must configure it, and verifies it on the retry. The tool returns the ``InputRequiredResult`` itself
 (the SDK's lowest-overhead MRTR path; ``Resolve``/``Elicit`` dependencies add work on top).
 
-Served stateless, JSON responses, by uvicorn (the server ``MCPServer.run`` uses), with uvloop and
-httptools when installed, no access log.
+Served stateless, JSON responses, no access log, by one of two HTTP servers (``--server``):
+
+- ``uvicorn`` (the default; the server ``MCPServer.run`` uses), with uvloop and httptools when installed;
+- ``hypercorn``, the HTTP server ext-tasks itself runs on, configured the way ``ext-tasks serve``
+  configures it (``ext_tasks.cli._hypercorn_config``): served by ``hypercorn.asyncio.serve`` on a uvloop
+  event loop (its ``uvloop`` worker class), no access log, errors at warning level, keep-alive
+  connections never closed for their request count (``keep_alive_max_requests``), backlog 1024,
+  graceful timeout 5 s. The defaults below mirror that function; ``python -m bench`` passes the
+  values it reads from ``ext_tasks.cli`` itself (``--hypercorn-config``), so the peer follows any
+  change made there. This interpreter does not have ext-tasks installed, hence the copy.
 
     python bench/peers/sdk_server.py --port 8001 --key <64 hex chars>
+    python bench/peers/sdk_server.py --port 8001 --key <64 hex chars> --server hypercorn
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
+import signal
+from typing import Any
 
 import mcp_types as types
-import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.request_state import RequestStateSecurity
 
@@ -54,13 +66,20 @@ def build(key: bytes) -> MCPServer:
     return server
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--key", required=True, help="hex request-state key shared by every instance")
-    args = parser.parse_args()
-    app = build(bytes.fromhex(args.key)).streamable_http_app(stateless_http=True, json_response=True, host=args.host)
+#: What ``ext_tasks.cli._hypercorn_config`` sets on top of hypercorn's defaults (besides the bind and
+#: the error logger: ours logs through the app's JSON handler at the configured level, warning here).
+HYPERCORN_DEFAULTS: dict[str, Any] = {
+    "accesslog": None,
+    "keep_alive_max_requests": 10**9,
+    "backlog": 1024,
+    "graceful_timeout": 5.0,
+    "worker_class": "uvloop",
+}
+
+
+def serve_uvicorn(app: Any, host: str, port: int) -> None:
+    import uvicorn
+
     options: dict[str, object] = {"access_log": False, "log_level": "warning"}
     try:
         import uvloop  # noqa: F401
@@ -74,7 +93,61 @@ def main() -> None:
         options["http"] = "httptools"
     except ImportError:
         pass
-    uvicorn.run(app, host=args.host, port=args.port, **options)  # type: ignore[arg-type]
+    uvicorn.run(app, host=host, port=port, **options)  # type: ignore[arg-type]
+
+
+def hypercorn_config(host: str, port: int, overrides: dict[str, Any]) -> Any:
+    from hypercorn.config import Config
+
+    config = Config()
+    config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
+    config.loglevel = "WARNING"
+    for name, value in {**HYPERCORN_DEFAULTS, **overrides}.items():
+        if not hasattr(config, name):
+            raise SystemExit(f"--hypercorn-config: hypercorn's Config has no {name!r}")
+        setattr(config, name, value)
+    return config
+
+
+def serve_hypercorn(app: Any, config: Any) -> None:
+    """As ``ext_tasks.cli._run_single``: ``hypercorn.asyncio.serve`` until SIGTERM or SIGINT, on uvloop
+    when the configured worker class is ``uvloop``."""
+    from hypercorn.asyncio import serve
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        await serve(app, config, shutdown_trigger=stop.wait)
+
+    if config.worker_class == "uvloop":
+        import uvloop
+
+        uvloop.run(run())
+    else:
+        asyncio.run(run())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--key", required=True, help="hex request-state key shared by every instance")
+    parser.add_argument("--server", choices=("uvicorn", "hypercorn"), default="uvicorn", help="HTTP server")
+    parser.add_argument(
+        "--hypercorn-config",
+        type=json.loads,
+        default={},
+        metavar="JSON",
+        help="hypercorn Config attributes to set (over the defaults that mirror ext_tasks.cli)",
+    )
+    args = parser.parse_args()
+    app = build(bytes.fromhex(args.key)).streamable_http_app(stateless_http=True, json_response=True, host=args.host)
+    if args.server == "hypercorn":
+        serve_hypercorn(app, hypercorn_config(args.host, args.port, args.hypercorn_config))
+    else:
+        serve_uvicorn(app, args.host, args.port)
 
 
 if __name__ == "__main__":
