@@ -24,6 +24,14 @@ class Principal:
 ANONYMOUS = Principal(id="anonymous", anonymous=True)
 
 
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who sent a request: its principal here, and its credentials, which a proxy forwards upstream."""
+
+    principal: Principal
+    authorization: str | None = None
+
+
 class Unauthenticated(ProtocolError):
     """No or unknown credentials where credentials are required (HTTP 401)."""
 

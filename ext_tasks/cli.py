@@ -29,8 +29,6 @@ from .protocol.resume import generate_key
 if TYPE_CHECKING:
     from litestar import Litestar
 
-    from .server import Runtime
-
 logger = logging.getLogger("ext_tasks.cli")
 
 
@@ -136,11 +134,12 @@ def _serve(settings: Settings) -> int:
         config.workers = settings.workers
         config.application_path = "ext_tasks.cli:app_from_env()"
         return int(run(config) or 0)
-    runtime, app = _build(settings)
-    assert runtime.engine is not None
+    from .compose import serve_app
+
+    runtime, app = serve_app(settings)
     # On SIGTERM, end subscription streams first (each gets its final result), so hypercorn's drain of
     # open connections does not have to cut them at its graceful timeout.
-    return _run_single(app, config, on_signal=runtime.engine.close)
+    return _run_single(app, config, on_signal=runtime.handler.close)
 
 
 def _serve_granian(settings: Settings) -> int:
@@ -181,24 +180,9 @@ def _env_for_children(settings: Settings) -> dict[str, str]:
 
 
 def app_from_settings(settings: Settings) -> Litestar:
-    return _build(settings)[1]
+    from .compose import serve_app
 
-
-def _build(settings: Settings) -> tuple[Runtime, Litestar]:
-    from .http import create_app
-    from .server import Runtime, build_authenticator, load_registry
-
-    runtime = Runtime(load_registry(settings.tools), settings)
-    assert runtime.engine is not None
-    return runtime, create_app(
-        runtime.engine,
-        settings,
-        build_authenticator(settings),
-        on_startup=[runtime.start],
-        on_shutdown=[runtime.stop],
-        shim=runtime.shim,
-        ready=runtime.ready,
-    )
+    return serve_app(settings)[1]
 
 
 def app_from_env() -> Litestar:
@@ -210,7 +194,7 @@ def app_from_env() -> Litestar:
 
 def _work(settings: Settings) -> int:
     """``ext-tasks worker``: task workers on the shared store, no HTTP, until SIGINT or SIGTERM."""
-    from .server import Runtime, load_registry
+    from .compose import Runtime, load_registry
 
     runtime = Runtime(load_registry(settings.tools), settings, serve_requests=False)
 
@@ -229,39 +213,9 @@ def _work(settings: Settings) -> int:
 
 def _proxy(settings: Settings, upstream_url: str) -> int:
     """``ext-tasks proxy``: the legacy shim over a remote server, on one hypercorn process."""
-    from migration.proxy import ForwardingHandler
-    from migration.sessions import MemorySessionStore, SessionStore
-    from migration.shim import LegacyShim, ShimOptions
-    from migration.upstream import HttpUpstream
+    from .compose import proxy_app
 
-    from .http import create_app
-    from .server import build_authenticator, build_codec
-    from .waits import WaitLimit
-
-    upstream = HttpUpstream(upstream_url)
-    sessions: SessionStore
-    if settings.valkey_url is None:
-        sessions = MemorySessionStore()
-    else:
-        from migration.valkey_sessions import ValkeySessionStore
-
-        sessions = ValkeySessionStore(
-            settings.valkey_url, prefix=settings.valkey_prefix, max_connections=settings.valkey_max_connections
-        )
-    info = {"name": "ext-tasks-proxy", "version": _version()}
-    options = ShimOptions(server_info=info, max_sessions=settings.max_sessions, keepalive_s=settings.keepalive_s)
-    shim = LegacyShim(
-        upstream, sessions, build_codec(settings, "ext-tasks-proxy"), options, waits=WaitLimit(settings.max_waits)
-    )
-
-    async def close() -> None:
-        await sessions.close()
-        await upstream.close()
-
-    app = create_app(
-        ForwardingHandler(upstream), settings, build_authenticator(settings), on_shutdown=[close], shim=shim
-    )
-    return _run_single(app, _hypercorn_config(settings))
+    return _run_single(proxy_app(settings, upstream_url, _version()), _hypercorn_config(settings))
 
 
 def _version() -> str:

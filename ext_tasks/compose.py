@@ -1,5 +1,11 @@
-"""Composition shared by the CLI, tests and embedders: load a tools module, build the store, the engine
-and the in-process worker, and start/stop them in the right order."""
+"""The composition root: the one place that builds and wires the parts, for ``ext-tasks serve``,
+``worker`` and ``proxy``, the tests and the benchmark.
+
+It loads a tools module, builds the store, the engine, the in-process worker and the legacy shim with
+its era router, and the Litestar app around them, and starts and stops them in the right order. This
+module (and the CLI above it) is the only one that imports both ``ext_tasks`` and ``migration``: the
+engine side never imports the shim; the shim uses the engine's interfaces.
+"""
 
 from __future__ import annotations
 
@@ -7,16 +13,20 @@ import asyncio
 import importlib
 import logging
 import secrets
+from typing import TYPE_CHECKING
 
+from migration.proxy import ForwardingHandler
+from migration.router import EraRouter
 from migration.sessions import MemorySessionStore, SessionStore
 from migration.shim import LegacyShim, ShimOptions
-from migration.upstream import EngineUpstream
+from migration.upstream import EngineUpstream, HttpUpstream, ModernUpstream
 
 from .auth import AnonymousAuthenticator, Authenticator, BearerTokenAuthenticator
 from .config import ConfigError, Settings
 from .engine import Engine, EngineOptions
 from .protocol.errors import Busy
 from .protocol.resume import ResumeCodec
+from .replies import RequestHandler
 from .store.base import TaskStore, TaskStoreUnavailable
 from .store.memory import MemoryTaskStore
 from .task_methods import TaskMethods, TaskOptions
@@ -24,7 +34,10 @@ from .tools import ToolRegistry
 from .waits import WaitLimit
 from .worker import Worker, WorkerOptions
 
-logger = logging.getLogger("ext_tasks.server")
+if TYPE_CHECKING:
+    from litestar import Litestar
+
+logger = logging.getLogger("ext_tasks.compose")
 
 
 def load_registry(module_name: str) -> ToolRegistry:
@@ -93,10 +106,8 @@ def build_engine(
         poll_rate_limit=settings.poll_rate_limit,
     )
     waits = waits or WaitLimit(settings.max_waits)
-    engine = Engine(registry, codec, options, tasks=TaskMethods(store, task_options), waits=waits)
-    if settings.state_single_use:
-        engine.core.claim_once = store.claim
-    return engine
+    claim_once = store.claim if settings.state_single_use else None
+    return Engine(registry, codec, options, tasks=TaskMethods(store, task_options), waits=waits, claim_once=claim_once)
 
 
 def build_worker(registry: ToolRegistry, settings: Settings, store: TaskStore) -> Worker:
@@ -109,25 +120,34 @@ def build_worker(registry: ToolRegistry, settings: Settings, store: TaskStore) -
     return Worker(store, registry, options)
 
 
-def build_shim(engine: Engine, settings: Settings) -> tuple[LegacyShim, SessionStore]:
-    """The 2025-11-25 front end over this server's own engine, with sessions in the shared store."""
-    sessions: SessionStore
+def build_sessions(settings: Settings) -> SessionStore:
     if settings.valkey_url is None:
-        sessions = MemorySessionStore()
-    else:
-        from migration.valkey_sessions import ValkeySessionStore
+        return MemorySessionStore()
+    from migration.valkey_sessions import ValkeySessionStore
 
-        sessions = ValkeySessionStore(
-            settings.valkey_url, prefix=settings.valkey_prefix, max_connections=settings.valkey_max_connections
-        )
+    return ValkeySessionStore(
+        settings.valkey_url, prefix=settings.valkey_prefix, max_connections=settings.valkey_max_connections
+    )
+
+
+def build_shim(
+    upstream: ModernUpstream,
+    sessions: SessionStore,
+    codec: ResumeCodec,
+    settings: Settings,
+    server_info: dict[str, str],
+    *,
+    instructions: str | None = None,
+    waits: WaitLimit | None = None,
+) -> LegacyShim:
+    """The 2025-11-25 front end over ``upstream`` (this server's engine, or a remote server)."""
     options = ShimOptions(
-        server_info={"name": engine.registry.name, "version": engine.registry.version},
-        instructions=engine.registry.instructions,
+        server_info=server_info,
+        instructions=instructions,
         keepalive_s=settings.keepalive_s,
         max_sessions=settings.max_sessions,
     )
-    shim = LegacyShim(EngineUpstream(engine), sessions, engine.core.codec, options, waits=engine.waits)
-    return shim, sessions
+    return LegacyShim(upstream, sessions, codec, options, waits=waits or WaitLimit(settings.max_waits))
 
 
 class Runtime:
@@ -142,7 +162,24 @@ class Runtime:
         self._sessions: SessionStore | None = None
         self._opening: asyncio.Task[None] | None = None
         if self.engine is not None and settings.legacy:
-            self.shim, self._sessions = build_shim(self.engine, settings)
+            engine = self.engine
+            self._sessions = build_sessions(settings)
+            info = {"name": engine.registry.name, "version": engine.registry.version}
+            self.shim = build_shim(
+                EngineUpstream(engine),
+                self._sessions,
+                engine.core.codec,
+                settings,
+                info,
+                instructions=engine.registry.instructions,
+                waits=engine.waits,
+            )
+
+    @property
+    def handler(self) -> RequestHandler:
+        """What serves ``/mcp``: the engine, behind the era router when 2025-11-25 clients are served."""
+        assert self.engine is not None
+        return self.engine if self.shim is None else EraRouter(self.engine, self.shim)
 
     async def start(self) -> None:
         try:
@@ -185,3 +222,37 @@ class Runtime:
         if self._sessions is not None:
             await self._sessions.close()
         await self.store.close()
+
+
+def serve_app(settings: Settings) -> tuple[Runtime, Litestar]:
+    """The app of ``ext-tasks serve`` (and of each of its worker processes), with its runtime."""
+    from .http import create_app
+
+    runtime = Runtime(load_registry(settings.tools), settings)
+    app = create_app(
+        runtime.handler,
+        settings,
+        build_authenticator(settings),
+        on_startup=[runtime.start],
+        on_shutdown=[runtime.stop],
+        ready=runtime.ready,
+    )
+    return runtime, app
+
+
+def proxy_app(settings: Settings, upstream_url: str, version: str) -> Litestar:
+    """The app of ``ext-tasks proxy``: legacy clients served by the shim over a remote 2026-07-28 server,
+    modern requests passed through unchanged."""
+    from .http import create_app
+
+    upstream = HttpUpstream(upstream_url)
+    sessions = build_sessions(settings)
+    info = {"name": "ext-tasks-proxy", "version": version}
+    shim = build_shim(upstream, sessions, build_codec(settings, "ext-tasks-proxy"), settings, info)
+
+    async def close() -> None:
+        await sessions.close()
+        await upstream.close()
+
+    router = EraRouter(ForwardingHandler(upstream), shim)
+    return create_app(router, settings, build_authenticator(settings), on_shutdown=[close])

@@ -1,7 +1,10 @@
-"""The engine: one request in (body bytes, headers, principal), one reply out.
+"""The engine: the 2026-07-28 surface. A request in (bytes from the HTTP edge, or a decoded message from
+the era router, or a request the legacy shim builds in process), one reply out.
 
-This is the single place where exceptions become JSON-RPC errors: a :class:`ProtocolError` becomes its
-own code and HTTP status, anything else becomes -32603 with the traceback in the server log only.
+The request is decoded and checked once (JSON-RPC, ``_meta`` and headers, then the method's params into
+a typed struct, ``protocol.requests``); handlers read typed fields only. This is the one place where
+exceptions become the modern surface's JSON-RPC errors: a :class:`ProtocolError` becomes its own code,
+HTTP status and headers, anything else becomes -32603 with the traceback in the server log only.
 
 A reply is JSON, or an SSE stream when the request may receive notifications (``progressToken`` or
 ``logLevel`` in ``_meta``, and ``subscriptions/listen``). A streamable request that emits nothing
@@ -11,78 +14,45 @@ before it finishes is still answered as plain JSON, with its proper HTTP status.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Final
 
-from .auth import Principal
+from .auth import Caller, Principal
 from .context import Emit
-from .methods import CacheOptions, Call, CoreMethods
+from .listen import Subscriptions
+from .methods import CacheOptions, CoreMethods
 from .metrics import header_tolerated, method_label, observe_request
+from .mrtr import ClaimOnce
 from .notify import ChangeEvent, ChangeHub
 from .protocol.envelope import Envelope, Headers, check_envelope
 from .protocol.errors import InternalError, InvalidRequest, MethodNotFound, ProtocolError
+from .protocol.jsonrpc import Message as Decoded
 from .protocol.jsonrpc import (
     Notification,
     Request,
     RequestId,
     Response,
     decode_message,
-    error_message,
     notification_message,
     result_message,
 )
+from .protocol.requests import PARSERS, Call, tool_call
 from .protocol.resume import ResumeCodec
-from .protocol.versions import META_SERVER_INFO, META_SUBSCRIPTION_ID
-from .protocol.wire import ListenParams, validate_params
-from .task_methods import TaskMethods, require_tasks_extension
+from .protocol.versions import META_SERVER_INFO
+from .replies import NOT_ALLOWED, JsonReply, Message, Reply, StreamItem, StreamReply
+from .task_methods import TaskMethods
 from .tools import ChangeKind, ToolRegistry
 from .waits import WaitLimit
 
 logger = logging.getLogger("ext_tasks.engine")
 
-Message = dict[str, Any]
-#: ``None`` in a stream stands for a keep-alive (an SSE comment).
-StreamItem = Message | None
+Result = dict[str, Any]
+Handler = Callable[[Call[Any], Principal, Emit], Awaitable[Result]]
 
 STREAMABLE: Final = frozenset({"tools/call", "prompts/get", "resources/read"})
-_LIST_CHANGED: Final = {
-    "tools": ("toolsListChanged", "notifications/tools/list_changed"),
-    "prompts": ("promptsListChanged", "notifications/prompts/list_changed"),
-    "resources": ("resourcesListChanged", "notifications/resources/list_changed"),
-}
-
-
-@dataclass(frozen=True, slots=True)
-class JsonReply:
-    status: int
-    message: Message | None  # None: 202 Accepted with no body
-    headers: Mapping[str, str] = field(default_factory=dict)
-
-    @classmethod
-    def error(cls, request_id: RequestId | None, error: ProtocolError) -> JsonReply:
-        """The reply for a failure: its HTTP status, its extra headers, its JSON-RPC error."""
-        return cls(error.http_status, error_message(request_id, error), error.http_headers())
-
-
-@dataclass(frozen=True, slots=True)
-class StreamReply:
-    items: AsyncIterator[StreamItem]
-    status: int = 200
-
-
-Reply = JsonReply | StreamReply
-
-
-class RequestHandler(Protocol):
-    """What the HTTP layer needs: the :class:`Engine`, or a proxy's forwarding handler."""
-
-    async def handle(self, body: bytes, headers: Headers, principal: Principal) -> Reply: ...
-
-    def close(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +73,7 @@ class Engine:
         *,
         tasks: TaskMethods | None = None,
         waits: WaitLimit | None = None,
+        claim_once: ClaimOnce | None = None,
     ) -> None:
         self.options = options or EngineOptions()
         self.registry = registry
@@ -110,10 +81,29 @@ class Engine:
         self.waits = waits or WaitLimit()
         self.hub = ChangeHub(tasks.store.task_events, tasks.event_of) if tasks is not None else ChangeHub()
         cache = CacheOptions(self.options.cache_ttl_ms, self.options.cache_scope)
-        self.core = CoreMethods(registry, codec, cache, tasks)
-        self._handlers = self.core.table()
+        self.core = CoreMethods(registry, codec, cache, tasks, claim_once=claim_once)
+        self.subscriptions = Subscriptions(self.hub, self.waits, tasks, self.options.keepalive_s, self._result)
+        self._handlers = self._table()
         self._server_info = {"name": registry.name, "version": registry.version}
         registry.on_change(self._list_changed)
+
+    def _table(self) -> dict[str, Handler]:
+        core = self.core
+        handlers: dict[str, Handler] = {
+            "server/discover": core.discover,
+            "tools/list": core.list_tools,
+            "prompts/list": core.list_prompts,
+            "prompts/get": core.get_prompt,
+            "resources/list": core.list_resources,
+            "resources/templates/list": core.list_resource_templates,
+            "resources/read": core.read_resource,
+            "completion/complete": core.complete,
+        }
+        if self.tasks is not None:
+            handlers.update(
+                {"tasks/get": self.tasks.get, "tasks/update": self.tasks.update, "tasks/cancel": self.tasks.cancel}
+            )
+        return handlers
 
     def _list_changed(self, kind: ChangeKind, uri: str | None) -> None:
         self.hub.publish(ChangeEvent(kind=kind, uri=uri))
@@ -122,71 +112,105 @@ class Engine:
         """End open subscription streams gracefully (server shutdown)."""
         self.hub.close()
 
-    async def handle(self, body: bytes, headers: Headers, principal: Principal, *, own_wait: bool = True) -> Reply:
-        """Answer one request. ``own_wait=False``: a listen opened on behalf of a wait that is already
-        counted against the caller's cap (the legacy shim's GET stream follows its tasks this way)."""
+    # --- the HTTP edge's interface (RequestHandler) -------------------------------------------------
+
+    async def post(self, body: bytes, headers: Headers, caller: Caller) -> Reply:
+        return await self.handle(body, headers, caller.principal)
+
+    async def get(self, headers: Headers, caller: Caller) -> Reply:
+        return NOT_ALLOWED  # the 2026-07-28 transport has no GET stream
+
+    async def delete(self, headers: Headers, caller: Caller) -> Reply:
+        return NOT_ALLOWED  # ... and no sessions
+
+    # --- requests in ----------------------------------------------------------------------------------
+
+    async def handle(self, body: bytes, headers: Headers, principal: Principal) -> Reply:
         try:
             message = decode_message(body)
         except ProtocolError as exc:
             return JsonReply.error(None, exc)
+        return await self.handle_message(message, headers, principal)
+
+    async def handle_message(self, message: Decoded, headers: Headers, principal: Principal) -> Reply:
+        """A message already decoded (the era router decodes a body once to tell the eras apart)."""
         if isinstance(message, Notification):
             # The only client notification of 2026-07-28 is notifications/cancelled, used on stdio only.
             return JsonReply(202, None)
         if isinstance(message, Response):
             error = InvalidRequest("Invalid Request: this server sends no requests, so it accepts no responses")
             return JsonReply.error(message.id, error)
-        return await self._handle_request(message, headers, principal, own_wait)
+        return await self._observed(message, lambda: self._checked(message, headers), principal, own_wait=True)
 
-    async def _handle_request(self, request: Request, headers: Headers, principal: Principal, own_wait: bool) -> Reply:
+    async def call(self, request: Request, envelope: Envelope, principal: Principal) -> Reply:
+        """A request the legacy shim builds in process: its envelope is given, so no headers are checked
+        and nothing is encoded or decoded. The shim counts its own waits (a GET stream following its
+        tasks opens a listen here), so this one is not counted again."""
+        return await self._observed(request, lambda: envelope, principal, own_wait=False)
+
+    async def _observed(
+        self, request: Request, envelope: Callable[[], Envelope], principal: Principal, *, own_wait: bool
+    ) -> Reply:
         started = time.perf_counter()
-        reply = await self._dispatch(request, headers, principal, own_wait)
+        reply = await self._dispatch(request, envelope, principal, own_wait)
         error = reply.message.get("error") if isinstance(reply, JsonReply) and reply.message else None
         outcome = "ok" if error is None else str(error.get("code"))
         observe_request(method_label(request.method), outcome, time.perf_counter() - started)
         return reply
 
-    async def _dispatch(self, request: Request, headers: Headers, principal: Principal, own_wait: bool) -> Reply:
+    def _checked(self, request: Request, headers: Headers) -> Envelope:
+        """``_meta`` and the SEP-2243 headers against the body (``Mcp-Param-*`` per the called tool)."""
+        header_params = None
+        if request.method == "tools/call":
+            tool = self.registry.tools.get(name) if isinstance(name := request.params.get("name"), str) else None
+            header_params = tool.header_params if tool is not None else None
+        envelope = check_envelope(request, headers, header_params, strict_headers=self.options.strict_headers)
+        for header in envelope.tolerated_headers:
+            header_tolerated(header)
+        return envelope
+
+    async def _dispatch(
+        self, request: Request, envelope_of: Callable[[], Envelope], principal: Principal, own_wait: bool
+    ) -> Reply:
         try:
-            envelope = check_envelope(
-                request, headers, self._header_params(request), strict_headers=self.options.strict_headers
-            )
-            for header in envelope.tolerated_headers:
-                header_tolerated(header)
-            if request.method == "subscriptions/listen":
-                return await self._listen(request, envelope, principal, own_wait)
-            handler = self._handlers.get(request.method)
+            envelope = envelope_of()
+            method = request.method
+            if method == "tools/call":
+                params = tool_call(request.params, envelope)
+                tool = self.registry.tools.get(params.name)
+                call: Call[Any] = Call(request.id, method, params, envelope)
+                return await self._run(call, lambda emit: self.core.call_tool(call, tool, principal, emit))
+            if method == "subscriptions/listen":
+                listen = PARSERS[method](request.params, envelope)
+                return await self.subscriptions.open(request.id, listen, principal, own_wait)
+            handler = self._handlers.get(method)
             if handler is None:
-                raise MethodNotFound(f"Method not found: {request.method}")
-            if request.method in STREAMABLE and envelope.wants_stream():
-                return await self._maybe_stream(request, lambda emit: handler(Call(request, envelope, principal, emit)))
-            result = await handler(Call(request, envelope, principal, _drop))
+                raise MethodNotFound(f"Method not found: {method}")
+            call = Call(request.id, method, PARSERS[method](request.params, envelope), envelope)
+            return await self._run(call, lambda emit: handler(call, principal, emit))
         except ProtocolError as exc:
             return JsonReply.error(request.id, exc)
         except Exception:  # noqa: BLE001 - the one place that turns any failure into -32603
-            return self._internal_error(request)
-        return JsonReply(200, self._result(request.id, result))
+            return self._internal_error(request.id, request.method)
 
-    def _header_params(self, request: Request) -> dict[str, str] | None:
-        name = request.params.get("name")
-        if request.method != "tools/call" or not isinstance(name, str):
-            return None  # a non-string name is refused by the params check, with -32602
-        tool = self.registry.tools.get(name)
-        return tool.header_params if tool is not None else None
+    async def _run(self, call: Call[Any], run: Callable[[Emit], Awaitable[Result]]) -> Reply:
+        if call.method in STREAMABLE and call.envelope.wants_stream():
+            return await self._maybe_stream(call, run)
+        return JsonReply(200, self._result(call.id, await run(_drop)))
 
-    def _result(self, request_id: RequestId, result: dict[str, Any]) -> Message:
+    def _result(self, request_id: RequestId, result: Result) -> Message:
+        """Every result carries the server's identity in ``_meta`` (next to any ``_meta`` of its own)."""
         meta = result.get("_meta")
-        result["_meta"] = (
-            {**meta, META_SERVER_INFO: self._server_info} if meta else {META_SERVER_INFO: self._server_info}
-        )
-        return result_message(request_id, result)
+        server_meta = {**meta, META_SERVER_INFO: self._server_info} if meta else {META_SERVER_INFO: self._server_info}
+        return result_message(request_id, {**result, "_meta": server_meta})
 
-    def _internal_error(self, request: Request) -> JsonReply:
-        logger.exception("internal error handling %s", request.method)
-        return JsonReply.error(request.id, InternalError("Internal error"))
+    def _internal_error(self, request_id: RequestId, method: str) -> JsonReply:
+        logger.exception("internal error handling %s", method)
+        return JsonReply.error(request_id, InternalError("Internal error"))
 
     # --- requests that may stream notifications ---------------------------------------------------
 
-    async def _maybe_stream(self, request: Request, run: Callable[[Emit], Awaitable[dict[str, Any]]]) -> Reply:
+    async def _maybe_stream(self, call: Call[Any], run: Callable[[Emit], Awaitable[Result]]) -> Reply:
         queue: asyncio.Queue[Message] = asyncio.Queue()
 
         async def emit(method: str, params: dict[str, Any]) -> None:
@@ -194,11 +218,11 @@ class Engine:
 
         async def guarded() -> JsonReply:
             try:
-                return JsonReply(200, self._result(request.id, await run(emit)))
+                return JsonReply(200, self._result(call.id, await run(emit)))
             except ProtocolError as exc:
-                return JsonReply.error(request.id, exc)
-            except Exception:  # noqa: BLE001 - same mapping as _handle_request, inside a stream
-                return self._internal_error(request)
+                return JsonReply.error(call.id, exc)
+            except Exception:  # noqa: BLE001 - same mapping as _dispatch, inside a stream
+                return self._internal_error(call.id, call.method)
 
         work = asyncio.create_task(guarded())
         first = asyncio.create_task(queue.get())
@@ -206,104 +230,30 @@ class Engine:
         if not first.done():
             first.cancel()
             return work.result()
-        return StreamReply(self._drain(first.result(), queue, work))
-
-    @staticmethod
-    async def _drain(
-        first: Message, queue: asyncio.Queue[Message], work: asyncio.Task[JsonReply]
-    ) -> AsyncIterator[StreamItem]:
-        try:
-            yield first
-            while True:
-                getter = asyncio.create_task(queue.get())
-                await asyncio.wait({work, getter}, return_when=asyncio.FIRST_COMPLETED)
-                if getter.done():
-                    yield getter.result()
-                    continue
-                getter.cancel()
-                while not queue.empty():
-                    yield queue.get_nowait()
-                final = work.result().message
-                if final is not None:
-                    yield final
-                return
-        finally:
-            # Closing the stream is how an HTTP client cancels (2026-07-28 transport): stop the work.
-            work.cancel()
-
-    # --- subscriptions/listen ---------------------------------------------------------------------
-
-    async def _listen(self, request: Request, envelope: Envelope, principal: Principal, own_wait: bool) -> StreamReply:
-        params = validate_params(ListenParams, request.params)  # caps the ids and URIs one listen may name
-        wanted = params.notifications
-        honored: dict[str, Any] = {}
-        for kind in ("tools", "prompts", "resources"):
-            flag = _LIST_CHANGED[kind][0]
-            if getattr(wanted, f"{kind}_list_changed"):
-                honored[flag] = True
-        if wanted.resource_subscriptions:
-            honored["resourceSubscriptions"] = list(dict.fromkeys(wanted.resource_subscriptions))
-        if wanted.task_ids is not None:
-            require_tasks_extension(envelope)  # -32021 before any stream opens
-        if wanted.task_ids is not None and self.tasks is not None:
-            # A server without tasks acknowledges the rest and leaves taskIds out: nothing to watch.
-            # Only the caller's own tasks are honored; others are left out of the acknowledgement
-            # exactly like ids that do not exist.
-            honored["taskIds"] = await self.tasks.owned(list(dict.fromkeys(wanted.task_ids)), principal)
-        stream = self._subscription(request.id, honored, principal, own_wait)
-        # The acknowledgement comes once the stream holds its place among the caller's waits and its
-        # subscriptions are live: a refusal (429) or a store failure (503) is still the HTTP answer.
-        first = await anext(stream)
-        return StreamReply(_chain(first, stream))
-
-    async def _subscription(
-        self, subscription_id: RequestId, honored: dict[str, Any], principal: Principal, own_wait: bool
-    ) -> AsyncIterator[StreamItem]:
-        meta = {META_SUBSCRIPTION_ID: subscription_id}
-        watched = set(honored.get("resourceSubscriptions", ()))
-        task_ids = frozenset(honored.get("taskIds", ()))
-        with self.waits.hold(principal.id) if own_wait else contextlib.nullcontext():
-            async with self.hub.subscribe(task_ids) as events:
-                yield notification_message(
-                    "notifications/subscriptions/acknowledged", {"_meta": meta, "notifications": honored}
-                )
-                while True:
-                    try:
-                        # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancellation
-                        # that arrives as the get completes, and the stream would outlive its client.
-                        async with asyncio.timeout(self.options.keepalive_s):
-                            event = await events.get()
-                    except TimeoutError:
-                        yield None
-                        continue
-                    if ChangeHub.is_closing(event):
-                        yield self._result(subscription_id, {"resultType": "complete", "_meta": dict(meta)})
-                        return
-                    notification = self._notification(event, honored, watched, principal)
-                    if notification is not None:
-                        yield {**notification, "params": {**notification["params"], "_meta": dict(meta)}}
-
-    @staticmethod
-    def _notification(
-        event: ChangeEvent, honored: dict[str, Any], watched: set[str], principal: Principal
-    ) -> Message | None:
-        if event.kind in _LIST_CHANGED and honored.get(_LIST_CHANGED[event.kind][0]):
-            return notification_message(_LIST_CHANGED[event.kind][1], {})
-        if event.kind == "resource" and event.uri in watched:
-            return notification_message("notifications/resources/updated", {"uri": event.uri})
-        if event.kind == "task" and event.task is not None and event.task.get("owner") == principal.id:
-            # The full DetailedTask, as tasks/get would show it at that commit (ext spec §3.9).
-            return notification_message("notifications/tasks", dict(event.task["task"]))
-        return None
+        return StreamReply(_drain(first.result(), queue, work))
 
 
-async def _chain(first: StreamItem, rest: AsyncIterator[StreamItem]) -> AsyncIterator[StreamItem]:
+async def _drain(
+    first: Message, queue: asyncio.Queue[Message], work: asyncio.Task[JsonReply]
+) -> AsyncIterator[StreamItem]:
     try:
         yield first
-        async for item in rest:
-            yield item
+        while True:
+            getter = asyncio.create_task(queue.get())
+            await asyncio.wait({work, getter}, return_when=asyncio.FIRST_COMPLETED)
+            if getter.done():
+                yield getter.result()
+                continue
+            getter.cancel()
+            while not queue.empty():
+                yield queue.get_nowait()
+            final = work.result().message
+            if final is not None:
+                yield final
+            return
     finally:
-        await rest.aclose()  # type: ignore[attr-defined]
+        # Closing the stream is how an HTTP client cancels (2026-07-28 transport): stop the work.
+        work.cancel()
 
 
 async def _drop(method: str, params: dict[str, Any]) -> None:

@@ -1,9 +1,10 @@
-"""The Litestar app: ``POST /mcp``. Origin/Host checks, the body limit, and engine replies as HTTP.
+"""The Litestar app: ``/mcp``. Origin/Host checks, authentication, the body's size and time limits,
+the client's disconnection, and replies as HTTP.
 
-This module never interprets MCP: it hands ``(body, headers, principal)`` to the engine (or, for
-2025-11-25 traffic, to the migration shim) and writes what comes back, as one JSON object or as an SSE
-stream. ``GET``/``DELETE`` serve legacy sessions only; otherwise they answer 405 (the 2026-07-28
-transport has no GET stream and no sessions).
+This module never interprets MCP: it hands ``(body, headers, caller)`` to a
+:class:`~.replies.RequestHandler` (the engine, or the era router in front of the engine and the legacy
+shim, or a proxy) and writes what comes back, as one JSON object or as an SSE stream. ``GET`` and
+``DELETE`` go to the handler too (the 2026-07-28 engine answers them 405; legacy sessions use them).
 """
 
 from __future__ import annotations
@@ -19,16 +20,13 @@ from litestar import types as litestar_types
 from litestar.exceptions import HTTPException
 from litestar.handlers import HTTPRouteHandler
 
-from migration.era import classify
-from migration.shim import LegacyReply, LegacyShim
-from migration.upstream import Caller
-
-from .auth import Authenticator
+from . import sse
+from .auth import Authenticator, Caller
 from .config import LOOPBACK_HOSTS, Settings
-from .engine import RequestHandler, StreamItem, StreamReply
 from .metrics import scrape
 from .protocol.errors import BodyTooLarge, ForbiddenOrigin, InternalError, InvalidRequest, ProtocolError
-from .protocol.jsonrpc import encode, error_message
+from .protocol.jsonrpc import encode
+from .replies import JsonReply, Reply, RequestHandler, StreamItem, StreamReply
 
 # Plain ASGI shapes: this endpoint reads and writes the messages itself.
 Scope = Mapping[str, Any]
@@ -38,7 +36,6 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 T = TypeVar("T")
 
 JSON: Final = "application/json"
-_KEEPALIVE: Final = b": keepalive\n\n"
 _READY_TIMEOUT_S: Final = 2.0
 
 
@@ -89,23 +86,22 @@ class OriginPolicy:
 
 
 def create_app(
-    engine: RequestHandler,
+    handler: RequestHandler,
     settings: Settings,
     authenticator: Authenticator,
     *,
     on_startup: Sequence[Callable[[], Awaitable[None]]] = (),
     on_shutdown: Sequence[Callable[[], Awaitable[None]]] = (),
-    shim: LegacyShim | None = None,
     ready: Callable[[], Awaitable[None]] | None = None,
 ) -> Litestar:
-    """The app. With ``shim``, 2025-11-25 clients are served on the same endpoint (era routing).
+    """The app serving ``handler`` at ``/mcp``.
 
     ``GET /healthz`` answers while the process serves; ``GET /readyz`` also awaits ``ready`` (the task
     store's ping) and answers 503 while it fails; ``GET /metrics`` is the Prometheus scrape.
     """
     limit = settings.max_body_bytes
 
-    endpoint = McpEndpoint(engine, settings, authenticator, shim)
+    endpoint = McpEndpoint(handler, settings, authenticator)
 
     # A raw ASGI route: the protocol needs the body bytes and the headers, nothing of Litestar's request
     # and response machinery, which measured ~50 µs per request (performance.md §3).
@@ -117,8 +113,8 @@ def create_app(
         route_handlers=[mcp, *_operations_routes(ready)],
         request_max_body_size=limit,
         on_startup=list(on_startup),
-        # Listen streams end first (engine.close), then the callers' own shutdown (workers, store).
-        on_shutdown=[engine.close, *on_shutdown],
+        # Listen streams end first (handler.close), then the callers' own shutdown (workers, store).
+        on_shutdown=[handler.close, *on_shutdown],
         openapi_config=None,
         logging_config=None,
         # What Litestar refuses before our handler runs (a malformed Host header, say) still gets a
@@ -130,7 +126,9 @@ def create_app(
 def _framework_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[bytes]:
     status = exc.status_code if 400 <= exc.status_code < 500 else 500
     error = InvalidRequest(f"Invalid Request: {exc.detail}") if status < 500 else InternalError("Internal error")
-    return Response(content=encode(error_message(None, error)), status_code=status, media_type=JSON)
+    reply = JsonReply.error(None, error, status)
+    assert reply.message is not None
+    return Response(content=encode(reply.message), status_code=status, media_type=JSON)
 
 
 def _operations_routes(ready: Callable[[], Awaitable[None]] | None) -> list[HTTPRouteHandler]:
@@ -163,76 +161,52 @@ class _Disconnected(Exception):
 
 
 class McpEndpoint:
-    """``/mcp`` as ASGI: POST for both eras; GET and DELETE for legacy sessions, 405 otherwise."""
+    """``/mcp`` as ASGI: every method goes to the handler, after the checks every request passes."""
 
-    def __init__(
-        self, engine: RequestHandler, settings: Settings, authenticator: Authenticator, shim: LegacyShim | None
-    ) -> None:
-        self.engine = engine
+    def __init__(self, handler: RequestHandler, settings: Settings, authenticator: Authenticator) -> None:
+        self.handler = handler
         self.policy = OriginPolicy(settings)
         self.limit = settings.max_body_bytes
         self.body_timeout_s = settings.body_timeout_s
         self.authenticator = authenticator
-        self.shim = shim
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = _headers(scope)
         method = scope["method"]
-        if method == "POST":
-            await self._post(headers, receive, send)
-        elif method in ("GET", "DELETE") and self.shim is not None and headers.get("mcp-session-id"):
-            await self._session(method, headers, receive, send)
-        else:
-            await _send(send, 405, b"", [(b"allow", b"POST")])
+        if method not in ("POST", "GET", "DELETE"):
+            await _send_reply(send, None, JsonReply(405, None, {"Allow": "POST"}))
+            return
+        body = b""
+        try:
+            self.policy.check(headers)
+            caller = self._caller(headers)
+            if method == "POST":
+                content_type = (headers.get("content-type") or [JSON])[0].split(";")[0].strip().lower()
+                if content_type != JSON:
+                    raise InvalidRequest(f"Invalid Request: Content-Type must be {JSON}")
+                body = await _read_body(receive, headers, self.limit, self.body_timeout_s)
+        except ProtocolError as exc:
+            await _send_reply(send, None, JsonReply.error(None, exc))
+            return
+        except _Disconnected:
+            return
+        # From here on (for a POST, from the last byte of the body), the client going away ends whatever
+        # its request holds (a tool run, a legacy tasks/result wait), even before the first byte of the
+        # answer.
+        async with _watching_disconnect(receive) as gone:
+            if method == "POST":
+                answer = self.handler.post(body, headers, caller)
+            elif method == "GET":
+                answer = self.handler.get(headers, caller)
+            else:
+                answer = self.handler.delete(headers, caller)
+            reply = await _unless_gone(gone, answer)
+            if reply is not None:
+                await _send_reply(send, gone, reply)
 
     def _caller(self, headers: dict[str, list[str]]) -> Caller:
         authorization = headers.get("authorization")
         return Caller(self.authenticator.authenticate(headers), authorization[0] if authorization else None)
-
-    async def _post(self, headers: dict[str, list[str]], receive: Receive, send: Send) -> None:
-        try:
-            self.policy.check(headers)
-            content_type = (headers.get("content-type") or [JSON])[0].split(";")[0].strip().lower()
-            if content_type != JSON:
-                raise InvalidRequest(f"Invalid Request: Content-Type must be {JSON}")
-            caller = self._caller(headers)
-            body = await _read_body(receive, headers, self.limit, self.body_timeout_s)
-        except ProtocolError as exc:
-            await _send_error(send, exc)
-            return
-        except _Disconnected:
-            return
-        # From the last byte of the body on, the client going away ends whatever its request holds
-        # (a tool run, a legacy tasks/result wait), even before the first byte of the answer.
-        async with _watching_disconnect(receive) as gone:
-            if self.shim is not None and classify(headers, body) == "legacy":
-                legacy = await _unless_gone(gone, self.shim.post(body, headers, caller))
-                if legacy is not None:
-                    await _send_legacy(send, gone, legacy)
-                return
-            reply = await _unless_gone(gone, self.engine.handle(body, headers, caller.principal))
-            if reply is None:
-                return
-            if isinstance(reply, StreamReply):
-                await _send_stream(send, gone, reply.items, [])
-            elif reply.message is None:
-                await _send(send, 202, b"", [])
-            else:
-                await _send(send, reply.status, encode(reply.message), [_JSON_TYPE, *_encoded(reply.headers)])
-
-    async def _session(self, method: str, headers: dict[str, list[str]], receive: Receive, send: Send) -> None:
-        assert self.shim is not None
-        try:
-            self.policy.check(headers)
-            caller = self._caller(headers)
-        except ProtocolError as exc:
-            await _send_error(send, exc)
-            return
-        async with _watching_disconnect(receive) as gone:
-            answer = self.shim.get(headers, caller) if method == "GET" else self.shim.delete(headers, caller)
-            reply = await _unless_gone(gone, answer)
-            if reply is not None:
-                await _send_legacy(send, gone, reply)
 
 
 class BodyTimeout(InvalidRequest):
@@ -269,7 +243,7 @@ async def _unless_gone(gone: asyncio.Future[None], answer: Awaitable[T]) -> T | 
 
 _JSON_TYPE: Final = (b"content-type", b"application/json")
 _SSE_START: Final = [
-    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"content-type", sse.CONTENT_TYPE.encode() + b"; charset=utf-8"),
     (b"cache-control", b"no-cache"),
     (b"x-accel-buffering", b"no"),
 ]
@@ -306,19 +280,15 @@ async def _send(send: Send, status: int, body: bytes, headers: list[tuple[bytes,
     await send({"type": "http.response.body", "body": body})
 
 
-async def _send_error(send: Send, error: ProtocolError, request_id: Any = None) -> None:
-    headers = [_JSON_TYPE, *_encoded(error.http_headers())]
-    await _send(send, error.http_status, encode(error_message(request_id, error)), headers)
-
-
 def _encoded(headers: Mapping[str, str]) -> list[tuple[bytes, bytes]]:
     return [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()]
 
 
-async def _send_legacy(send: Send, gone: asyncio.Future[None], reply: LegacyReply) -> None:
-    headers = _encoded(reply.headers)
-    if reply.stream is not None:
-        await _send_stream(send, gone, reply.stream, headers)
+async def _send_reply(send: Send, gone: asyncio.Future[None] | None, reply: Reply) -> None:
+    headers = _encoded(reply.headers) if reply.headers else []
+    if isinstance(reply, StreamReply):
+        assert gone is not None
+        await _send_stream(send, gone, reply.items, headers)
     elif reply.message is None:
         await _send(send, reply.status, b"", headers)
     else:
@@ -342,8 +312,7 @@ async def _send_stream(
             item = following.result()
             if item is _END:
                 break
-            chunk = _KEEPALIVE if item is None else b"event: message\ndata: " + encode(item) + b"\n\n"
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": sse.frame(item), "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
     except OSError:
         return  # the connection broke while we were writing

@@ -1,5 +1,9 @@
-"""Handlers of the 2026-07-28 core methods. Each takes a validated :class:`Call` and returns the result
-object (without ``resultType`` bookkeeping beyond what it decides itself); errors are raised."""
+"""Handlers of the 2026-07-28 core methods, on typed requests (``protocol.requests``).
+
+Each takes the checked :class:`~.protocol.requests.Call`, the caller and where its notifications go,
+and returns the result object; failures are raised (the engine maps them, once). ``tools/call`` is
+handed the tool the engine already looked up for its ``Mcp-Param-*`` headers.
+"""
 
 from __future__ import annotations
 
@@ -11,35 +15,30 @@ from typing import Any
 from .auth import Principal
 from .context import Context, Emit, InputRequired
 from .invoke import invoke_tool
-from .mrtr import StartTaskHook, binding_for, run_round
-from .protocol.envelope import Envelope
-from .protocol.errors import InternalError, InvalidParams, MethodNotFound, ProtocolError, ResourceNotFound
-from .protocol.jsonrpc import Request
-from .protocol.resume import ResumeCodec
-from .protocol.tasks import EXTENSION_ID, META_TTL_HINT
-from .protocol.versions import MODERN_VERSIONS
-from .protocol.wire import (
-    CompleteParams,
-    GetPromptParams,
-    ListParams,
-    ReadResourceParams,
-    validate_params,
+from .mrtr import ClaimOnce, StartTaskHook, binding_for, run_round
+from .protocol.errors import InternalError, InvalidParams, ProtocolError, ResourceNotFound
+from .protocol.requests import (
+    Call,
+    Listing,
+    NoParams,
+    PromptGet,
+    ResourceRead,
+    Round,
+    ToolCall,
+    declares_tasks,
+    require_tasks_extension,
 )
+from .protocol.resume import ResumeCodec
+from .protocol.tasks import EXTENSION_ID
+from .protocol.versions import MODERN_VERSIONS
+from .protocol.wire import CompleteParams
 from .results import prompt_result, resource_result
-from .task_methods import META_TASK_POLICY, TaskMethods, declares_tasks, require_tasks_extension
-from .tools import ToolRegistry
+from .task_methods import META_TASK_POLICY, TaskMethods
+from .tools import Tool, ToolRegistry
 
 logger = logging.getLogger("ext_tasks.methods")
 
 Result = dict[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class Call:
-    request: Request
-    envelope: Envelope
-    principal: Principal
-    emit: Emit
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,30 +49,20 @@ class CacheOptions:
 
 class CoreMethods:
     def __init__(
-        self, registry: ToolRegistry, codec: ResumeCodec, cache: CacheOptions, tasks: TaskMethods | None = None
+        self,
+        registry: ToolRegistry,
+        codec: ResumeCodec,
+        cache: CacheOptions,
+        tasks: TaskMethods | None = None,
+        *,
+        claim_once: ClaimOnce | None = None,
     ) -> None:
         self.registry = registry
         self.codec = codec
         self.cache = cache
         self.tasks = tasks
-        #: Set for single-use requestState (``EXT_TASKS_STATE_SINGLE_USE``): the store's claim.
-        self.claim_once: Callable[[str, int], Awaitable[bool]] | None = None
-
-    def table(self) -> dict[str, Callable[[Call], Awaitable[Result]]]:
-        return {
-            "server/discover": self.discover,
-            "tools/list": self.list_tools,
-            "tools/call": self.call_tool,
-            "prompts/list": self.list_prompts,
-            "prompts/get": self.get_prompt,
-            "resources/list": self.list_resources,
-            "resources/templates/list": self.list_resource_templates,
-            "resources/read": self.read_resource,
-            "completion/complete": self.complete,
-            "tasks/get": self.get_task,
-            "tasks/update": self.update_task,
-            "tasks/cancel": self.cancel_task,
-        }
+        #: Single-use requestState (``EXT_TASKS_STATE_SINGLE_USE``): the store's claim.
+        self.claim_once = claim_once
 
     def capabilities(self) -> dict[str, Any]:
         capabilities: dict[str, Any] = {
@@ -88,14 +77,12 @@ class CoreMethods:
         return capabilities
 
     def _cacheable(self, result: Result, ttl_ms: int | None = None) -> Result:
-        result["resultType"] = "complete"
-        result["ttlMs"] = self.cache.ttl_ms if ttl_ms is None else ttl_ms
-        result["cacheScope"] = self.cache.scope
-        return result
+        ttl = self.cache.ttl_ms if ttl_ms is None else ttl_ms
+        return {**result, "resultType": "complete", "ttlMs": ttl, "cacheScope": self.cache.scope}
 
     # --- discovery and lists ----------------------------------------------------------------------
 
-    async def discover(self, call: Call) -> Result:
+    async def discover(self, call: Call[NoParams], principal: Principal, emit: Emit) -> Result:
         result: Result = {"supportedVersions": list(MODERN_VERSIONS), "capabilities": self.capabilities()}
         if self.registry.instructions:
             result["instructions"] = self.registry.instructions
@@ -103,122 +90,107 @@ class CoreMethods:
             result["_meta"] = {META_TASK_POLICY: self.tasks.options.published()}
         return self._cacheable(result)
 
-    async def list_tools(self, call: Call) -> Result:
-        _no_cursor(call)
+    async def list_tools(self, call: Call[Listing], principal: Principal, emit: Emit) -> Result:
+        _no_cursor(call.params)
         return self._cacheable({"tools": [tool.describe() for tool in self.registry.tools.values()]})
 
-    async def list_prompts(self, call: Call) -> Result:
-        _no_cursor(call)
+    async def list_prompts(self, call: Call[Listing], principal: Principal, emit: Emit) -> Result:
+        _no_cursor(call.params)
         return self._cacheable({"prompts": [prompt.describe() for prompt in self.registry.prompts.values()]})
 
-    async def list_resources(self, call: Call) -> Result:
-        _no_cursor(call)
+    async def list_resources(self, call: Call[Listing], principal: Principal, emit: Emit) -> Result:
+        _no_cursor(call.params)
         return self._cacheable({"resources": [item.describe() for item in self.registry.resources.values()]})
 
-    async def list_resource_templates(self, call: Call) -> Result:
-        _no_cursor(call)
+    async def list_resource_templates(self, call: Call[Listing], principal: Principal, emit: Emit) -> Result:
+        _no_cursor(call.params)
         templates = [item.describe() for item in self.registry.templates.values()]
         return self._cacheable({"resourceTemplates": templates})
 
     # --- the three methods that may ask for input --------------------------------------------------
 
-    async def call_tool(self, call: Call) -> Result:
-        name, arguments = _call_target(call.request.params)
-        tool = self.registry.tools.get(name)
+    async def call_tool(self, call: Call[ToolCall], tool: Tool | None, principal: Principal, emit: Emit) -> Result:
+        params = call.params
         if tool is None:
-            raise InvalidParams(f"Unknown tool: {name}")
+            raise InvalidParams(f"Unknown tool: {params.name}")
         # A task is created only for a request that itself declares the extension; a stray legacy
         # `params.task` means nothing here (protocol.md §3.2-3.3).
         declares = declares_tasks(call.envelope)
         if tool.task == "required" and not declares:
             require_tasks_extension(call.envelope)  # -32021 before the function runs
         as_task = tool.task != "forbidden" and declares and self.tasks is not None
-        hint = _ttl_hint(call.request.params)
+        arguments = params.arguments
         if as_task and not tool.preflight:
             assert self.tasks is not None
             tool.check_arguments(arguments)  # invalid arguments answer -32602 now, not as a failed task
-            return await self.tasks.create(tool, arguments, call.envelope, call.principal, ttl_hint_ms=hint)
+            return await self.tasks.create(tool, arguments, call.envelope, principal)
 
         async def body(ctx: Context) -> Result:
             return await invoke_tool(tool, arguments, ctx)
 
         async def start_task(answers: dict[str, Any], state: Any) -> Result:
             assert self.tasks is not None
-            return await self.tasks.create(
-                tool, arguments, call.envelope, call.principal, answers=answers, state=state, ttl_hint_ms=hint
-            )
+            return await self.tasks.create(tool, arguments, call.envelope, principal, answers=answers, state=state)
 
-        return await self._round(call, "tools/call", name, arguments, body, start_task if as_task else None)
+        hook = start_task if as_task else None
+        return await self._round(call, "tools/call", params.name, arguments, params.round, principal, emit, body, hook)
 
-    async def get_prompt(self, call: Call) -> Result:
-        params = validate_params(GetPromptParams, call.request.params)
+    async def get_prompt(self, call: Call[PromptGet], principal: Principal, emit: Emit) -> Result:
+        params = call.params
         prompt = self.registry.prompts.get(params.name)
         if prompt is None:
             raise InvalidParams(f"Unknown prompt: {params.name}")
-        arguments = params.arguments or {}
 
         async def body(ctx: Context) -> Result:
-            value = await _call_or_internal(prompt.fn(**prompt.signature.bind(arguments, ctx)), f"prompt {prompt.name}")
+            kwargs = prompt.signature.bind(params.arguments, ctx)
+            value = await _call_or_internal(prompt.fn(**kwargs), f"prompt {prompt.name}")
             return prompt_result(value, prompt.description)
 
-        return await self._round(call, "prompts/get", params.name, arguments, body)
+        return await self._round(
+            call, "prompts/get", params.name, params.arguments, params.round, principal, emit, body
+        )
 
-    async def read_resource(self, call: Call) -> Result:
-        params = validate_params(ReadResourceParams, call.request.params)
-        found = self.registry.find_resource(params.uri)
+    async def read_resource(self, call: Call[ResourceRead], principal: Principal, emit: Emit) -> Result:
+        uri = call.params.uri
+        found = self.registry.find_resource(uri)
         if found is None:
-            raise ResourceNotFound(params.uri)
+            raise ResourceNotFound(uri)
         resource, variables = found
 
         async def body(ctx: Context) -> Result:
-            value = await _call_or_internal(
-                resource.fn(**resource.signature.bind(variables, ctx)), f"resource {params.uri}"
-            )
-            return self._cacheable(resource_result(params.uri, resource.mime_type, value), ttl_ms=0)
+            value = await _call_or_internal(resource.fn(**resource.signature.bind(variables, ctx)), f"resource {uri}")
+            return self._cacheable(resource_result(uri, resource.mime_type, value), ttl_ms=0)
 
-        return await self._round(call, "resources/read", params.uri, {}, body)
+        return await self._round(call, "resources/read", uri, {}, call.params.round, principal, emit, body)
 
     async def _round(
         self,
-        call: Call,
+        call: Call[Any],
         method: str,
         target: str,
         arguments: dict[str, Any],
+        round: Round,
+        principal: Principal,
+        emit: Emit,
         body: Callable[[Context], Awaitable[Result]],
         start_task: StartTaskHook | None = None,
     ) -> Result:
         return await run_round(
             self.codec,
-            binding=binding_for(method, target, arguments, call.principal),
-            params=call.request.params,
+            binding=binding_for(method, target, arguments, principal),
+            round=round,
             envelope=call.envelope,
-            principal=call.principal,
-            emit=call.emit,
+            principal=principal,
+            emit=emit,
             body=body,
             start_task=start_task,
             claim_once=self.claim_once,
         )
 
-    # --- the tasks extension ----------------------------------------------------------------------
-
-    def _task_methods(self, call: Call) -> TaskMethods:
-        if self.tasks is None:
-            raise MethodNotFound(f"Method not found: {call.request.method}")
-        return self.tasks
-
-    async def get_task(self, call: Call) -> Result:
-        return await self._task_methods(call).get(call.request.params, call.envelope, call.principal)
-
-    async def update_task(self, call: Call) -> Result:
-        return await self._task_methods(call).update(call.request.params, call.envelope, call.principal)
-
-    async def cancel_task(self, call: Call) -> Result:
-        return await self._task_methods(call).cancel(call.request.params, call.envelope, call.principal)
-
     # --- completion -------------------------------------------------------------------------------
 
-    async def complete(self, call: Call) -> Result:
-        params = validate_params(CompleteParams, call.request.params)
+    async def complete(self, call: Call[CompleteParams], principal: Principal, emit: Emit) -> Result:
+        params = call.params
         ref = params.ref.name if params.ref.type == "ref/prompt" else params.ref.uri
         if ref is None:
             raise InvalidParams("Invalid params: ref needs a name (prompt) or uri (resource)")
@@ -246,27 +218,7 @@ async def _call_or_internal(awaitable: Awaitable[Any], what: str) -> Any:
         raise InternalError(f"Internal error in {what}") from None
 
 
-def _call_target(params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """``name`` and ``arguments`` of ``tools/call``, checked by hand: this is the hottest path, and the
-    two fields are all it needs (``inputResponses`` and ``requestState`` are checked by the MRTR driver)."""
-    name = params.get("name")
-    if not isinstance(name, str):
-        raise InvalidParams("Invalid params: name must be a string")
-    arguments = params.get("arguments")
-    if arguments is None:
-        return name, {}
-    if not isinstance(arguments, dict):
-        raise InvalidParams("Invalid params: arguments must be an object")
-    return name, arguments
-
-
-def _ttl_hint(params: dict[str, Any]) -> int | None:
-    hint = params["_meta"].get(META_TTL_HINT)
-    return hint if isinstance(hint, int) and not isinstance(hint, bool) and hint > 0 else None
-
-
-def _no_cursor(call: Call) -> None:
-    params = validate_params(ListParams, call.request.params)
+def _no_cursor(params: Listing) -> None:
     if params.cursor is not None:
         # Every list fits in one page, so this server never hands out a cursor.
         raise InvalidParams("Invalid params: unknown cursor")

@@ -2,8 +2,8 @@
 
 One round of ``tools/call``, ``prompts/get`` or ``resources/read``:
 
-1. validate ``inputResponses`` (-32602 if malformed) and, if present, unseal ``requestState`` for this
-   exact request and caller (-32602 with a fixed message on any failure);
+1. (``inputResponses`` were checked when the request was decoded) if present, unseal ``requestState``
+   for this exact request and caller (-32602 with a fixed message on any failure);
 2. run the function with every answer so far and its own state;
 3. if it raised :class:`InputRequired`, check that the client declared what each question needs
    (-32021 otherwise, never a silent drop) and answer ``input_required`` with a freshly sealed state
@@ -28,8 +28,8 @@ from .context import Context, Emit, InputRequest, InputRequired, StartTask, miss
 from .metrics import STATE_REJECTIONS
 from .protocol.envelope import Envelope
 from .protocol.errors import InvalidParams, InvalidRequestState, MissingClientCapability, RequestStateTooLarge
+from .protocol.requests import Round
 from .protocol.resume import Binding, ResumeCodec, digest_arguments
-from .protocol.wire import parse_input_responses
 
 logger = logging.getLogger("ext_tasks.mrtr")
 
@@ -47,7 +47,7 @@ async def run_round(
     codec: ResumeCodec,
     *,
     binding: Binding,
-    params: Mapping[str, Any],
+    round: Round,
     envelope: Envelope,
     principal: Principal,
     emit: Emit,
@@ -60,7 +60,7 @@ async def run_round(
     With ``start_task``, the function may call ``ctx.start_task()``; the round then ends with whatever
     the hook returns (a ``CreateTaskResult``), handing it every answer so far and the function's state.
     """
-    answers, state, asked_before = await _restore(codec, binding, params, claim_once)
+    answers, state, asked_before = await _restore(codec, binding, round, claim_once)
     ctx = Context(
         principal=principal,
         envelope=envelope,
@@ -84,19 +84,17 @@ async def run_round(
             envelope,
             asked=asked_before.union(ctx.asked_keys, asked.requests),
         )
-    result["resultType"] = "complete"
-    return result
+    return {**result, "resultType": "complete"}
 
 
 async def _restore(
-    codec: ResumeCodec, binding: Binding, params: Mapping[str, Any], claim_once: ClaimOnce | None
+    codec: ResumeCodec, binding: Binding, round: Round, claim_once: ClaimOnce | None
 ) -> tuple[dict[str, Any], Any, frozenset[str]]:
     """Every answer so far, the function's state, and the keys asked in earlier rounds."""
-    fresh = parse_input_responses(dict(params))
-    if "requestState" not in params:
-        return fresh, None, frozenset()
+    if not round.resumed:
+        return round.answers, None, frozenset()
     try:
-        claims = codec.unseal(params["requestState"], binding)
+        claims = codec.unseal(round.state, binding)
         # Single use: the state's id is remembered (in the shared store) until the state would expire
         # anyway, so a replayed retry is refused like any other bad state.
         if claim_once is not None and not await claim_once(f"state:{claims.state_id}", codec.ttl_s * 1000):
@@ -112,7 +110,7 @@ async def _restore(
     # Answers of this round win over earlier ones under the same key. The keys of earlier answers
     # count as asked too: a state only ever carries answers to asked keys, and this keeps the answers
     # of states sealed before the asked keys were recorded (``q``).
-    return {**claims.responses, **fresh}, claims.state, claims.asked.union(claims.responses)
+    return {**claims.responses, **round.answers}, claims.state, claims.asked.union(claims.responses)
 
 
 def input_required_result(

@@ -2,7 +2,8 @@
 ``tasks/update``, ``tasks/cancel``.
 
 Rules kept here (protocol.md §3): a task is created only for a request that itself declares the
-extension; ``tasks/*`` from a request that does not declare it answers -32021; an unknown task, an
+extension (``tasks/*`` from a request that does not declare it answers -32021 when the request is
+decoded, ``protocol.requests``); an unknown task, an
 expired one and one of another principal answer -32602, the last exactly like an unknown one;
 ``tasks/update`` ignores keys that are not outstanding and acknowledges with an empty result;
 ``tasks/cancel`` acknowledges terminal tasks idempotently.
@@ -22,14 +23,14 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from .auth import Principal
+from .context import Emit
 from .lifecycle import task_event
 from .protocol.envelope import Envelope
-from .protocol.errors import Busy, InvalidParams, LimitExceeded, MissingClientCapability
+from .protocol.errors import Busy, InvalidParams, LimitExceeded
+from .protocol.requests import Call, TaskRef, TaskUpdate
 from .protocol.resume import digest_arguments
 from .protocol.states import TaskStatus
 from .protocol.tasks import (
-    EXTENSION_ID,
-    META_STATUS_ONLY,
     TaskRecord,
     answers_merged,
     attempts_meta,
@@ -41,7 +42,6 @@ from .protocol.tasks import (
     task_wire,
 )
 from .protocol.tasks import task_event as store_event
-from .protocol.wire import parse_input_responses
 from .store.base import (
     ActiveLimit,
     ExistingTask,
@@ -93,22 +93,6 @@ class TaskOptions:
 META_TASK_POLICY: Final = "dev.ext-tasks/taskPolicy"
 
 
-_MAX_TASK_ID_CHARS: Final = 256
-
-
-def declares_tasks(envelope: Envelope) -> bool:
-    extensions = envelope.client_capabilities.get("extensions")
-    return isinstance(extensions, dict) and isinstance(extensions.get(EXTENSION_ID), dict)
-
-
-def require_tasks_extension(envelope: Envelope) -> None:
-    if not declares_tasks(envelope):
-        raise MissingClientCapability(
-            {"extensions": {EXTENSION_ID: {}}},
-            f"Missing required client capability: the {EXTENSION_ID} extension must be declared on this request",
-        )
-
-
 def _scoped(scope: str, value: str) -> str:
     """A fixed-length digest of ``value`` within ``scope`` (keys of different principals never collide,
     and neither the principal nor the client's key is stored in clear)."""
@@ -149,7 +133,6 @@ class TaskMethods:
         *,
         answers: Mapping[str, Any] | None = None,
         state: Any = None,
-        ttl_hint_ms: int | None = None,
     ) -> Result:
         """Create the task durably (its first run queued in the same step) and answer ``CreateTaskResult``.
 
@@ -158,7 +141,7 @@ class TaskMethods:
         same key with another tool or other arguments is refused with -32602.
         """
         now = self._clock_ms()
-        ttl_ms = self.ttl_for(tool, ttl_hint_ms)
+        ttl_ms = self.ttl_for(tool, envelope.ttl_hint_ms)
         record = TaskRecord(
             task_id=new_task_id(),
             owner=principal.id,
@@ -219,11 +202,7 @@ class TaskMethods:
             raise InvalidParams("Failed to retrieve task: Task has expired")
         return {"resultType": "task", **task_wire(found, self._clock_ms())}
 
-    async def _find(self, params: Mapping[str, Any], envelope: Envelope, principal: Principal) -> TaskRecord:
-        require_tasks_extension(envelope)
-        task_id = params.get("taskId")
-        if not isinstance(task_id, str) or not 0 < len(task_id) <= _MAX_TASK_ID_CHARS:
-            raise InvalidParams(f"Invalid params: taskId must be a string of 1 to {_MAX_TASK_ID_CHARS} characters")
+    async def _find(self, task_id: str, principal: Principal) -> TaskRecord:
         found = await self.store.lookup(task_id)
         if isinstance(found, TaskRecord) and found.owner == principal.id:
             return found
@@ -244,8 +223,8 @@ class TaskMethods:
         owners = await self.store.owners(task_ids)
         return [task_id for task_id in task_ids if owners.get(task_id) == principal.id]
 
-    async def get(self, params: Mapping[str, Any], envelope: Envelope, principal: Principal) -> Result:
-        record = await self._find(params, envelope, principal)
+    async def get(self, call: Call[TaskRef], principal: Principal, emit: Emit) -> Result:
+        record = await self._find(call.params.task_id, principal)
         now = self._clock_ms()
         if self.options.poll_rate_limit:
             interval = poll_interval(record, now)
@@ -255,7 +234,7 @@ class TaskMethods:
                     limit="poll_rate",
                     retry_after_s=math.ceil(interval / 2000),
                 )
-        if params["_meta"].get(META_STATUS_ONLY) is True:
+        if call.envelope.status_only:
             return {"resultType": "complete", **status_only_wire(record, now), "_meta": attempts_meta(record)}
         shrunk = delivered(record, now, self.options.sensitive_grace_ms)
         if shrunk is not None:
@@ -265,15 +244,13 @@ class TaskMethods:
                 task_event("task.result_retrieved", shrunk, ttl_ms=shrunk.ttl_ms)
                 record = shrunk
             else:
-                record = await self._find(params, envelope, principal)
+                record = await self._find(call.params.task_id, principal)
         return {"resultType": "complete", **detailed_task_wire(record, now), "_meta": attempts_meta(record)}
 
-    async def update(self, params: Mapping[str, Any], envelope: Envelope, principal: Principal) -> Result:
-        first = await self._find(params, envelope, principal)
-        if "inputResponses" not in params:
-            raise InvalidParams("Invalid params: inputResponses is required")
-        responses = parse_input_responses(dict(params))
-        async for record in self._attempts(first, params, envelope, principal, "update"):
+    async def update(self, call: Call[TaskUpdate], principal: Principal, emit: Emit) -> Result:
+        responses = call.params.answers
+        first = await self._find(call.params.task_id, principal)
+        async for record in self._attempts(first, principal, "update"):
             merged = answers_merged(record, responses, self._clock_ms())
             if merged is None:
                 return dict(_ACK)  # nothing outstanding was answered: ignored, as the spec asks
@@ -283,9 +260,9 @@ class TaskMethods:
                 return dict(_ACK)
         raise AssertionError("unreachable: _attempts raises when it gives up")
 
-    async def cancel(self, params: Mapping[str, Any], envelope: Envelope, principal: Principal) -> Result:
-        first = await self._find(params, envelope, principal)
-        async for record in self._attempts(first, params, envelope, principal, "cancel"):
+    async def cancel(self, call: Call[TaskRef], principal: Principal, emit: Emit) -> Result:
+        first = await self._find(call.params.task_id, principal)
+        async for record in self._attempts(first, principal, "cancel"):
             if record.terminal:
                 return dict(_ACK)  # cancelling a finished task is acknowledged, idempotently
             if await self.store.commit(cancelled(record, self._clock_ms()), expect_version=record.version, cancel=True):
@@ -293,9 +270,7 @@ class TaskMethods:
                 return dict(_ACK)
         raise AssertionError("unreachable: _attempts raises when it gives up")
 
-    async def _attempts(
-        self, record: TaskRecord, params: Mapping[str, Any], envelope: Envelope, principal: Principal, verb: str
-    ) -> AsyncIterator[TaskRecord]:
+    async def _attempts(self, record: TaskRecord, principal: Principal, verb: str) -> AsyncIterator[TaskRecord]:
         """The record to try a compare-and-set on, then the fresh record after each lost race.
 
         Losing means someone else committed (a status message, the worker's outcome), so the task is
@@ -312,4 +287,4 @@ class TaskMethods:
                 raise Busy(f"Failed to {verb} task: it kept changing concurrently; retry")
             await asyncio.sleep(random.uniform(0, pause_s))  # noqa: S311 - jitter, not secrecy
             pause_s = min(pause_s * 2, 0.05)
-            record = await self._find(params, envelope, principal)
+            record = await self._find(record.task_id, principal)

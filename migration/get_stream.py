@@ -23,13 +23,14 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Final
 
+from ext_tasks.auth import Caller
 from ext_tasks.protocol.errors import ProtocolError
 from ext_tasks.protocol.jsonrpc import notification_message
 
 from .legacy_tasks import LegacyTasks, StreamQuestions
 from .sessions import LegacySession, SessionStore
 from .translate import legacy_notification, legacy_task
-from .upstream import Caller, ModernCall, ModernUpstream
+from .upstream import ModernCall, ModernUpstream
 
 Message = dict[str, Any]
 ModernFor = Callable[..., ModernCall]

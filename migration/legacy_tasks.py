@@ -15,10 +15,10 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Final
 
+from ext_tasks.auth import Caller
 from ext_tasks.protocol.errors import InvalidParams, ProtocolError
 from ext_tasks.protocol.jsonrpc import Request, notification_message, result_message
 from ext_tasks.protocol.resume import Binding, ResumeCodec
-from ext_tasks.protocol.tasks import META_STATUS_ONLY
 from ext_tasks.waits import WaitLimit
 
 from .sessions import LegacySession, SessionStore
@@ -32,7 +32,7 @@ from .translate import (
     result_of,
     task_outcome,
 )
-from .upstream import Caller, ModernCall
+from .upstream import ModernCall
 
 Message = dict[str, Any]
 ModernFor = Callable[..., ModernCall]
@@ -217,7 +217,7 @@ class LegacyTasks:
             return {key: value for key, value in own.items() if key != "scope"}
         call = self._modern(session, "tasks/get", {"taskId": task_id}, tasks=True)
         if not outcome:
-            call = replace(call, extra_meta={**call.extra_meta, META_STATUS_ONLY: True})
+            call = replace(call, status_only=True)
         final = await self._final(call, caller)
         if "error" in final:
             raise RelayedError(final["error"])

@@ -11,12 +11,13 @@ import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Final
 
+from ext_tasks import sse
 from ext_tasks.auth import Principal
-from ext_tasks.engine import JsonReply, Reply, StreamItem, StreamReply
 from ext_tasks.protocol.errors import InternalError
-from ext_tasks.protocol.jsonrpc import error_message, id_of
+from ext_tasks.protocol.jsonrpc import Message, encode, id_of, to_wire
+from ext_tasks.replies import JsonReply, Reply, StreamItem, StreamReply
 
-from .upstream import HttpUpstream, sse_messages
+from .upstream import HttpUpstream
 
 #: Request headers a modern client sends that the upstream needs to see.
 _FORWARDED: Final = ("mcp-protocol-version", "mcp-method", "mcp-name", "authorization", "idempotency-key")
@@ -27,6 +28,11 @@ class ForwardingHandler:
 
     def __init__(self, upstream: HttpUpstream) -> None:
         self.upstream = upstream
+
+    async def handle_message(
+        self, message: Message, headers: Mapping[str, Sequence[str]], principal: Principal
+    ) -> Reply:
+        return await self.handle(encode(to_wire(message)), headers, principal)
 
     async def handle(self, body: bytes, headers: Mapping[str, Sequence[str]], principal: Principal) -> Reply:
         forwarded = {
@@ -40,13 +46,12 @@ class ForwardingHandler:
         try:
             response = await client.send(request, stream=True)
         except Exception:  # noqa: BLE001 - any transport failure is "upstream unavailable" to the client
-            error = InternalError("Upstream server unavailable")
-            return JsonReply(502, error_message(id_of(body), error))
-        if response.headers.get("content-type", "").startswith("text/event-stream"):
+            return JsonReply.error(id_of(body), InternalError("Upstream server unavailable"), 502)
+        if sse.is_event_stream(response):
 
             async def items() -> AsyncIterator[StreamItem]:
                 try:
-                    async for message in sse_messages(response.aiter_lines()):
+                    async for message in sse.messages(response):
                         yield message
                 finally:
                     await response.aclose()
@@ -62,7 +67,7 @@ class ForwardingHandler:
             message = None
         if not isinstance(message, dict):
             error = InternalError(f"Upstream answered HTTP {response.status_code} without JSON-RPC")
-            return JsonReply(502, error_message(id_of(body), error))
+            return JsonReply.error(id_of(body), error, 502)
         retry_after = response.headers.get("retry-after")
         return JsonReply(response.status_code, message, {"Retry-After": retry_after} if retry_after else {})
 

@@ -20,9 +20,10 @@ import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
+from ext_tasks.auth import Caller
 from ext_tasks.protocol.envelope import LOG_LEVELS
 from ext_tasks.protocol.errors import (
     Busy,
@@ -42,7 +43,7 @@ from ext_tasks.protocol.jsonrpc import (
     result_message,
 )
 from ext_tasks.protocol.resume import ResumeCodec
-from ext_tasks.protocol.tasks import META_TTL_HINT
+from ext_tasks.replies import JsonReply, Reply, StreamReply, chained
 from ext_tasks.waits import WaitLimit
 
 from .get_stream import GetStream
@@ -60,7 +61,7 @@ from .translate import (
     required_string,
     result_of,
 )
-from .upstream import Caller, ModernCall, ModernUpstream
+from .upstream import ModernCall, ModernUpstream
 
 logger = logging.getLogger("ext_tasks.migration")
 
@@ -80,14 +81,6 @@ class SessionNotFound(InvalidRequest):
     """An unknown or expired session (HTTP 404: the client must initialize again)."""
 
     http_status = 404
-
-
-@dataclass
-class LegacyReply:
-    status: int
-    message: Message | None = None
-    stream: AsyncIterator[Message | None] | None = None
-    headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,11 +126,17 @@ class LegacyShim:
 
     # --- HTTP entry points ------------------------------------------------------------------------
 
-    async def post(self, body: bytes, headers: Mapping[str, Sequence[str]], caller: Caller) -> LegacyReply:
+    async def post(self, body: bytes, headers: Mapping[str, Sequence[str]], caller: Caller) -> Reply:
         try:
             message = decode_message(body)
         except ProtocolError as exc:
             return _failure(None, exc)
+        return await self.post_message(message, headers, caller)
+
+    async def post_message(
+        self, message: Request | Notification | Response, headers: Mapping[str, Sequence[str]], caller: Caller
+    ) -> Reply:
+        """A message already decoded (the era router decodes a body once to tell the eras apart)."""
         request_id = message.id if isinstance(message, Request | Response) else None
         try:
             return await self._post(message, headers, caller)
@@ -146,7 +145,7 @@ class LegacyShim:
 
     async def _post(
         self, message: Request | Notification | Response, headers: Mapping[str, Sequence[str]], caller: Caller
-    ) -> LegacyReply:
+    ) -> Reply:
         if isinstance(message, Request) and message.method == "initialize":
             return await self._initialize(message, caller)
         session = await self._session(headers, caller)
@@ -154,16 +153,16 @@ class LegacyShim:
             # The client answers a relayed request; whichever instance holds the waiting stream gets it.
             answer = {"id": message.id, "result": message.result, "error": message.error}
             await self.sessions.publish(session.session_id, {"kind": "response", "message": answer})
-            return LegacyReply(202)
+            return JsonReply(202, None)
         if isinstance(message, Notification):
-            return LegacyReply(202)
+            return JsonReply(202, None)
         handler = self._handlers.get(message.method)
         if handler is None:
             error = MethodNotFound(f"Method not found: {message.method}")
-            return LegacyReply(200, error_message(message.id, error))
+            return JsonReply(200, error_message(message.id, error))
         return await _reply(message, handler(message, session, caller))
 
-    async def get(self, headers: Mapping[str, Sequence[str]], caller: Caller) -> LegacyReply:
+    async def get(self, headers: Mapping[str, Sequence[str]], caller: Caller) -> Reply:
         """The session's GET stream: change notifications, and messages other instances publish."""
         try:
             session = await self._session(headers, caller)
@@ -180,15 +179,15 @@ class LegacyShim:
             first = await anext(messages)  # the stream is live (or refused, e.g. past the waits cap)
         except ProtocolError as exc:
             return _failure(None, exc)
-        return LegacyReply(200, stream=_chain(first, messages))
+        return StreamReply(chained(first, messages))
 
-    async def delete(self, headers: Mapping[str, Sequence[str]], caller: Caller) -> LegacyReply:
+    async def delete(self, headers: Mapping[str, Sequence[str]], caller: Caller) -> Reply:
         try:
             session = await self._session(headers, caller)
             await self.sessions.delete(session)
         except ProtocolError as exc:
             return _failure(None, exc)
-        return LegacyReply(204)
+        return JsonReply(204, None)
 
     async def _waiting(self, caller: Caller, messages: AsyncIterator[Message | None]) -> AsyncIterator[Message | None]:
         """``messages`` as one of the caller's open waits (refused past the cap)."""
@@ -201,7 +200,7 @@ class LegacyShim:
 
     # --- sessions ---------------------------------------------------------------------------------
 
-    async def _initialize(self, request: Request, caller: Caller) -> LegacyReply:
+    async def _initialize(self, request: Request, caller: Caller) -> Reply:
         params = request.params
         session = LegacySession(
             session_id=new_session_id(),
@@ -228,7 +227,7 @@ class LegacyShim:
         }
         if self.options.instructions:
             result["instructions"] = self.options.instructions
-        return LegacyReply(200, result_message(request.id, result), headers={"Mcp-Session-Id": session.session_id})
+        return JsonReply(200, result_message(request.id, result), {"Mcp-Session-Id": session.session_id})
 
     async def _session(self, headers: Mapping[str, Sequence[str]], caller: Caller) -> LegacySession:
         values = headers.get("mcp-session-id") or ()
@@ -242,10 +241,8 @@ class LegacyShim:
 
     def _modern(self, session: LegacySession, method: str, params: Mapping[str, Any], *, tasks: bool) -> ModernCall:
         meta = params.get("_meta") if isinstance(params.get("_meta"), dict) else {}
-        extra: dict[str, Any] = {}
         task = params.get("task")
-        if tasks and isinstance(task, dict) and isinstance(task.get("ttl"), int) and not isinstance(task["ttl"], bool):
-            extra[META_TTL_HINT] = task["ttl"]
+        ttl = task.get("ttl") if tasks and isinstance(task, dict) else None
         return ModernCall(
             method=method,
             params=dict(params),
@@ -253,7 +250,8 @@ class LegacyShim:
             client_info=session.client_info,
             log_level=session.log_level,
             progress_token=meta.get("progressToken") if isinstance(meta, dict) else None,
-            extra_meta=extra,
+            # A 2025-11-25 ``params.task.ttl`` is a lifetime hint; the server caps it by its maximum.
+            ttl_hint_ms=ttl if isinstance(ttl, int) and not isinstance(ttl, bool) and ttl > 0 else None,
         )
 
     # --- small methods ----------------------------------------------------------------------------
@@ -383,21 +381,21 @@ class LegacyShim:
                 raise InternalError("Timed out waiting for the client's answer") from None
 
 
-def _failure(request_id: Any, error: ProtocolError, status: int | None = None) -> LegacyReply:
+def _failure(request_id: Any, error: ProtocolError, status: int | None = None) -> Reply:
     """The legacy answer for a failure before any stream opened, with the error's own HTTP status and
     headers (``Retry-After``) unless ``status`` says otherwise."""
     if isinstance(error, Busy):
         logger.warning("legacy request failed: %s", error.message)
-    return LegacyReply(status or error.http_status, error_message(request_id, error), headers=error.http_headers())
+    return JsonReply.error(request_id, error, status)
 
 
-def _method_failure(request_id: Any, error: ProtocolError) -> LegacyReply:
+def _method_failure(request_id: Any, error: ProtocolError) -> Reply:
     """A method's failure: 2025-11-25 answers it with HTTP 200 and the JSON-RPC error, except one that
     means "retry later" (429 or 503, with ``Retry-After``)."""
     return _failure(request_id, error, None if isinstance(error, LimitExceeded | Busy) else 200)
 
 
-async def _reply(request: Request, messages: AsyncIterator[Message]) -> LegacyReply:
+async def _reply(request: Request, messages: AsyncIterator[Message]) -> Reply:
     """JSON when the first message is already the response; an SSE stream otherwise. A failure before the
     first message is the reply; after it, the stream ends with the error."""
     try:
@@ -408,11 +406,11 @@ async def _reply(request: Request, messages: AsyncIterator[Message]) -> LegacyRe
         logger.exception("legacy %s failed", request.method)
         return _method_failure(request.id, InternalError("Internal error"))
     if first is None:
-        return LegacyReply(200, error_message(request.id, InternalError("Internal error")))
+        return JsonReply(200, error_message(request.id, InternalError("Internal error")))
     if first.get("id") == request.id and ("result" in first or "error" in first):
         with contextlib.suppress(Exception):
             await messages.aclose()  # type: ignore[attr-defined]
-        return LegacyReply(200, first)
+        return JsonReply(200, first)
 
     async def stream() -> AsyncIterator[Message | None]:
         yield first
@@ -425,13 +423,4 @@ async def _reply(request: Request, messages: AsyncIterator[Message]) -> LegacyRe
             logger.exception("legacy %s failed", request.method)
             yield error_message(request.id, InternalError("Internal error"))
 
-    return LegacyReply(200, stream=stream())
-
-
-async def _chain(first: Message | None, rest: AsyncIterator[Message | None]) -> AsyncIterator[Message | None]:
-    try:
-        yield first
-        async for message in rest:
-            yield message
-    finally:
-        await rest.aclose()  # type: ignore[attr-defined]
+    return StreamReply(stream())

@@ -1,7 +1,10 @@
 """Where the shim sends its 2026-07-28 requests: this server's engine in process, or a remote server.
 
-Both speak the same request interface a network client uses (a body, the SEP-2243 headers, a caller),
-which is what lets one translator serve as the in-process shim and as ``ext-tasks proxy``.
+Both take the same :class:`ModernCall` (a method, its params, the per-request ``_meta`` a legacy
+session implies), which is what lets one translator serve as the in-process shim and as ``ext-tasks
+proxy``. In process the call reaches the engine as a request with its envelope already known: nothing
+is encoded, decoded or checked twice. A remote server gets it as a network client would send it (a
+body and the SEP-2243 headers).
 """
 
 from __future__ import annotations
@@ -9,13 +12,15 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ext_tasks.auth import Principal
-from ext_tasks.engine import Engine, JsonReply
-from ext_tasks.protocol.envelope import NAME_FIELDS, encode_header_value
-from ext_tasks.protocol.jsonrpc import encode
+from ext_tasks import sse
+from ext_tasks.auth import Caller
+from ext_tasks.engine import Engine
+from ext_tasks.protocol.envelope import META_STATUS_ONLY, META_TTL_HINT, NAME_FIELDS, Envelope, encode_header_value
+from ext_tasks.protocol.errors import InternalError
+from ext_tasks.protocol.jsonrpc import Request, encode, error_message
 from ext_tasks.protocol.versions import (
     META_CLIENT_CAPABILITIES,
     META_CLIENT_INFO,
@@ -23,16 +28,9 @@ from ext_tasks.protocol.versions import (
     META_PROTOCOL_VERSION,
     MODERN_2026_07_28,
 )
+from ext_tasks.replies import JsonReply
 
 _ids = itertools.count(1)
-
-
-@dataclass(frozen=True, slots=True)
-class Caller:
-    """Who the legacy client is: its principal here, and its credentials to forward upstream."""
-
-    principal: Principal
-    authorization: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,11 +41,26 @@ class ModernCall:
     client_info: dict[str, Any] | None = None
     log_level: str | None = None
     progress_token: str | int | None = None
-    extra_meta: dict[str, Any] = field(default_factory=dict)
+    #: ``tasks/get`` for the status only (the shim's legacy status reads; this project's ``_meta`` key).
+    status_only: bool = False
+    ttl_hint_ms: int | None = None
+
+    def envelope(self) -> Envelope:
+        return Envelope(
+            protocol_version=MODERN_2026_07_28,
+            client_capabilities=self.capabilities,
+            client_info=self.client_info,
+            log_level=self.log_level,
+            progress_token=self.progress_token,
+            ttl_hint_ms=self.ttl_hint_ms,
+            status_only=self.status_only,
+        )
+
+    def params_without_meta(self) -> dict[str, Any]:
+        return {key: value for key, value in self.params.items() if key not in ("_meta", "task")}
 
     def body(self) -> dict[str, Any]:
         meta: dict[str, Any] = {
-            **self.extra_meta,
             META_PROTOCOL_VERSION: MODERN_2026_07_28,
             META_CLIENT_CAPABILITIES: self.capabilities,
         }
@@ -57,7 +70,11 @@ class ModernCall:
             meta[META_LOG_LEVEL] = self.log_level
         if self.progress_token is not None:
             meta["progressToken"] = self.progress_token
-        params = {key: value for key, value in self.params.items() if key not in ("_meta", "task")}
+        if self.ttl_hint_ms is not None:
+            meta[META_TTL_HINT] = self.ttl_hint_ms
+        if self.status_only:
+            meta[META_STATUS_ONLY] = True
+        params = self.params_without_meta()
         params["_meta"] = meta
         return {"jsonrpc": "2.0", "id": f"shim-{next(_ids)}", "method": self.method, "params": params}
 
@@ -95,14 +112,8 @@ class EngineUpstream:
         self.engine = engine
 
     async def send(self, call: ModernCall, caller: Caller) -> AsyncIterator[dict[str, Any]]:
-        header_params: Mapping[str, str] = {}
-        if call.method == "tools/call":
-            tool = self.engine.registry.tools.get(str(call.params.get("name")))
-            header_params = tool.header_params if tool is not None else {}
-        headers = {name.lower(): [value] for name, value in call.headers(header_params).items()}
-        # The shim counts its own waits (a GET stream, a tasks/result): what it opens for them is not
-        # counted a second time.
-        reply = await self.engine.handle(encode(call.body()), headers, caller.principal, own_wait=False)
+        request = Request(id=f"shim-{next(_ids)}", method=call.method, params=call.params_without_meta())
+        reply = await self.engine.call(request, call.envelope(), caller.principal)
         if isinstance(reply, JsonReply):
             if reply.message is not None:
                 yield reply.message
@@ -145,8 +156,8 @@ class HttpUpstream:
         if caller.authorization is not None:
             headers["Authorization"] = caller.authorization
         async with self.client.stream("POST", self.url, headers=headers, content=encode(call.body())) as response:
-            if response.headers.get("content-type", "").startswith("text/event-stream"):
-                async for message in sse_messages(response.aiter_lines()):
+            if sse.is_event_stream(response):
+                async for message in sse.messages(response):
                     yield message
                 return
             raw = await response.aread()
@@ -157,8 +168,7 @@ class HttpUpstream:
         if isinstance(decoded, dict):
             yield decoded
             return
-        error = {"code": -32603, "message": f"Upstream answered HTTP {response.status_code} without JSON-RPC"}
-        yield {"jsonrpc": "2.0", "id": None, "error": error}
+        yield error_message(None, InternalError(f"Upstream answered HTTP {response.status_code} without JSON-RPC"))
 
     async def _tools(self, caller: Caller) -> dict[str, dict[str, str]]:
         if self._header_params is None:
@@ -180,15 +190,3 @@ class HttpUpstream:
 
     async def close(self) -> None:
         await self.client.aclose()
-
-
-async def sse_messages(lines: AsyncIterator[str]) -> AsyncIterator[dict[str, Any]]:
-    data: list[str] = []
-    async for line in lines:
-        if line.startswith("data:"):
-            data.append(line[5:].removeprefix(" "))
-        elif not line and data:
-            yield json.loads("\n".join(data))
-            data = []
-    if data:
-        yield json.loads("\n".join(data))

@@ -59,6 +59,13 @@ LOG_LEVELS: Final[tuple[str, ...]] = (
 
 #: This project's own ``_meta`` key for retry-safe task creation (also accepted: ``Idempotency-Key``).
 META_IDEMPOTENCY_KEY: Final = "dev.ext-tasks/idempotencyKey"
+#: This project's ``_meta`` key carrying a client's lifetime hint (the 2025-11-25 ``params.task.ttl``,
+#: forwarded by the migration shim); the server caps it by its maximum.
+META_TTL_HINT: Final = "dev.ext-tasks/ttlHintMs"
+#: This project's ``_meta`` key on ``tasks/get`` for a read of the status only (the migration shim's
+#: legacy ``tasks/get``/``tasks/list``): it does not count as handing out the outcome, so a sensitive
+#: task keeps its lifetime, and a sensitive outcome not handed out yet is withheld from the reply.
+META_STATUS_ONLY: Final = "dev.ext-tasks/statusOnly"
 MAX_IDEMPOTENCY_KEY_CHARS: Final = 255
 
 _B64_PREFIX: Final = "=?base64?"
@@ -77,6 +84,11 @@ class Envelope:
     idempotency_key: str | None = None
     #: Headers the request left out that were tolerated (non-strict mode), for the operator's metric.
     tolerated_headers: tuple[str, ...] = ()
+    #: A client's lifetime hint for a task (this project's ``_meta`` key; the shim forwards a 2025-11-25
+    #: ``params.task.ttl`` in it).
+    ttl_hint_ms: int | None = None
+    #: ``tasks/get`` for the status only (this project's ``_meta`` key; the shim's legacy status reads).
+    status_only: bool = False
 
     def wants_stream(self) -> bool:
         """Whether notifications may be sent for this request (so the reply should be SSE)."""
@@ -154,12 +166,15 @@ def _check_meta(meta: object) -> Envelope:
     token = meta.get("progressToken")
     if token is not None and (isinstance(token, bool) or not isinstance(token, str | int)):
         raise InvalidParams("Invalid params: _meta.progressToken must be a string or an integer")
+    hint = meta.get(META_TTL_HINT)
     return Envelope(
         protocol_version=version,
         client_capabilities=capabilities,
         client_info=client_info if isinstance(client_info, dict) else None,
         log_level=log_level,
         progress_token=token,
+        ttl_hint_ms=hint if isinstance(hint, int) and not isinstance(hint, bool) and hint > 0 else None,
+        status_only=meta.get(META_STATUS_ONLY) is True,
     )
 
 

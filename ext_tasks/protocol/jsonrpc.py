@@ -158,6 +158,21 @@ def id_of(raw_body: bytes) -> RequestId | None:
     return None
 
 
+def to_wire(message: Message) -> dict[str, Any]:
+    """A decoded message as the JSON object it was (what a proxy forwards)."""
+    if isinstance(message, Response):
+        wire: dict[str, Any] = {"jsonrpc": "2.0", "id": message.id}
+        if message.error is not None:
+            wire["error"] = message.error
+        else:
+            wire["result"] = message.result
+        return wire
+    wire = {"jsonrpc": "2.0", "method": message.method, "params": message.params}
+    if isinstance(message, Request):
+        wire["id"] = message.id
+    return wire
+
+
 def result_message(request_id: RequestId, result: dict[str, Any]) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": request_id, "result": result}
 

@@ -18,16 +18,9 @@ from typing import Any
 from .states import TaskEvent, TaskStatus, next_status
 
 EXTENSION_ID = "io.modelcontextprotocol/tasks"
-#: This project's ``_meta`` key carrying a client's lifetime hint (the 2025-11-25 ``params.task.ttl``,
-#: forwarded by the migration shim); the server caps it by its maximum.
-META_TTL_HINT = "dev.ext-tasks/ttlHintMs"
 #: How many times a task's function was started (``tasks/get`` ``_meta``): runs are at least once, and
 #: a run taken over after a crash says so here.
 META_RUN_ATTEMPTS = "dev.ext-tasks/runAttempts"
-#: This project's ``_meta`` key on ``tasks/get`` for a read of the status only (the migration shim's
-#: legacy ``tasks/get``/``tasks/list``): it does not count as handing out the outcome, so a sensitive
-#: task keeps its lifetime, and a sensitive outcome not handed out yet is withheld from the reply.
-META_STATUS_ONLY = "dev.ext-tasks/statusOnly"
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,7 @@ servers to ignore what they do not know.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any, Final, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
@@ -177,7 +178,7 @@ def describe_validation_error(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def parse_input_responses(params: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def parse_input_responses(params: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """The ``inputResponses`` of a retry, which must be an object whose values are objects.
 
     Absent means "no answers". Present but malformed (``null``, a number, a list ...) is a protocol

@@ -44,10 +44,10 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ext_tasks.compose import Runtime, build_authenticator, load_registry
 from ext_tasks.config import Settings
 from ext_tasks.http import create_app
 from ext_tasks.protocol.resume import generate_key, parse_key
-from ext_tasks.server import Runtime, build_authenticator, load_registry
 from tests.support.mcp_http import header_value
 from tests.support.valkey import running_valkey
 
@@ -338,14 +338,7 @@ def _settings(**overrides: Any) -> Settings:
 async def _open(runtime: Runtime, settings: Settings) -> httpx.AsyncClient:
     """The app exactly as ``ext-tasks serve`` composes it (``ext_tasks.cli``), legacy shim included;
     ASGITransport runs no lifespan, so the runtime is started here."""
-    assert runtime.engine is not None
-    app = create_app(
-        runtime.engine,
-        settings,
-        build_authenticator(settings),
-        shim=runtime.shim,
-        ready=runtime.store.ping,
-    )
+    app = create_app(runtime.handler, settings, build_authenticator(settings), ready=runtime.store.ping)
     await runtime.start()
     transport = httpx.ASGITransport(app=app)  # type: ignore[arg-type]
     return httpx.AsyncClient(transport=transport, base_url=BASE_URL)

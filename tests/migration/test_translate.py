@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from migration.era import classify
+from migration.router import classify
 from migration.translate import (
     answer_from_legacy_response,
     legacy_create_task_result,

@@ -14,12 +14,14 @@ import anyio
 import pytest
 
 from ext_tasks import Context, Principal, ToolRegistry, elicit
-from ext_tasks.engine import Engine, JsonReply, StreamReply
+from ext_tasks.auth import Caller
+from ext_tasks.engine import Engine
 from ext_tasks.protocol.jsonrpc import encode
 from ext_tasks.protocol.resume import ResumeCodec
 from ext_tasks.protocol.states import TaskStatus
 from ext_tasks.protocol.tasks import TaskRecord
 from ext_tasks.protocol.wire import MAX_LISTEN_TASK_IDS, MAX_WATCHED_ID_CHARS
+from ext_tasks.replies import JsonReply, StreamReply
 from ext_tasks.store.base import IdempotencyClaim
 from ext_tasks.store.ceilings import within_ceiling
 from ext_tasks.store.memory import TOMBSTONE_MS, MemoryTaskStore
@@ -27,7 +29,7 @@ from ext_tasks.task_methods import TaskMethods, TaskOptions
 from ext_tasks.worker import Worker, WorkerOptions
 from migration.sessions import LegacySession, MemorySessionStore
 from migration.shim import LegacyShim, ShimOptions
-from migration.upstream import Caller, EngineUpstream
+from migration.upstream import EngineUpstream
 from tests.support.mcp_http import modern_request
 
 pytestmark = pytest.mark.anyio
@@ -140,7 +142,7 @@ async def initialize(shim: LegacyShim, capabilities: Any, principal: str = "alic
     }
     body = encode({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": params})
     reply = await shim.post(body, {}, Caller(Principal(principal)))
-    assert reply.message is not None
+    assert isinstance(reply, JsonReply) and reply.message is not None
     return reply.status, {**reply.message, "headers": reply.headers}
 
 
@@ -173,7 +175,7 @@ async def test_sessions_per_principal_are_capped_and_a_deleted_one_frees_its_pla
     assert (refused["error"]["code"], refused["error"]["data"]["limit"]) == (-31429, "max_sessions")
     assert (await initialize(shim, {}, principal="bob"))[0] == 200  # another principal has its own count
     deleted = await shim.delete({"mcp-session-id": [ids[0]]}, Caller(ALICE))
-    assert deleted.status == 204
+    assert isinstance(deleted, JsonReply) and deleted.status == 204
     assert (await initialize(shim, {}))[0] == 200
 
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from ext_tasks.auth import AnonymousAuthenticator, BearerTokenAuthenticator
+from ext_tasks.compose import build_authenticator, build_codec
 from ext_tasks.config import ConfigError, Settings, settings_from_env
 from ext_tasks.protocol.errors import InvalidRequestState
 from ext_tasks.protocol.resume import Binding, generate_key, parse_key
-from ext_tasks.server import build_authenticator, build_codec
 
 KEY_A = generate_key()
 KEY_B = generate_key()
@@ -203,7 +203,7 @@ def test_repr_of_settings_never_shows_keys_or_tokens() -> None:
 
 
 def test_build_codec_without_keys_warns_and_still_works(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="ext_tasks.server"):
+    with caplog.at_level(logging.WARNING, logger="ext_tasks.compose"):
         codec = build_codec(Settings(), "aud")
 
     warnings = [record for record in caplog.records if record.levelno == logging.WARNING]
@@ -229,7 +229,7 @@ def test_build_codec_without_keys_for_several_workers_is_a_config_error() -> Non
 def test_codecs_built_from_the_same_keys_share_states(caplog: pytest.LogCaptureFixture) -> None:
     settings = settings_from_env({"EXT_TASKS_STATE_KEYS": KEY_A, "EXT_TASKS_STATE_ENCRYPT": "1"})
 
-    with caplog.at_level(logging.WARNING, logger="ext_tasks.server"):
+    with caplog.at_level(logging.WARNING, logger="ext_tasks.compose"):
         one, two = build_codec(settings, "fleet"), build_codec(settings, "fleet")
 
     token = one.seal(BINDING, state="s")

@@ -23,9 +23,10 @@ from ext_tasks import (
     elicit,
     elicit_url,
 )
-from ext_tasks.engine import Engine, EngineOptions, JsonReply, Reply, StreamItem, StreamReply
+from ext_tasks.engine import Engine, EngineOptions
 from ext_tasks.protocol.envelope import NAME_FIELDS, encode_header_value
 from ext_tasks.protocol.resume import ResumeCodec
+from ext_tasks.replies import JsonReply, Reply, StreamItem, StreamReply
 
 pytestmark = pytest.mark.anyio
 

@@ -9,10 +9,11 @@ import pytest
 
 from ext_tasks import Context, ToolRegistry
 from ext_tasks.auth import Principal
-from ext_tasks.engine import Engine, JsonReply
+from ext_tasks.engine import Engine
 from ext_tasks.metrics import REGISTRY
 from ext_tasks.protocol.jsonrpc import encode
 from ext_tasks.protocol.resume import ResumeCodec
+from ext_tasks.replies import JsonReply
 from ext_tasks.store.memory import MemoryTaskStore
 from ext_tasks.task_methods import TaskMethods, TaskOptions
 

@@ -22,10 +22,11 @@ import anyio
 import pytest
 
 from ext_tasks import Context, InputRequired, Principal, ToolRegistry, elicit
-from ext_tasks.engine import Engine, JsonReply
+from ext_tasks.engine import Engine
 from ext_tasks.protocol.envelope import NAME_FIELDS, encode_header_value
 from ext_tasks.protocol.errors import INTERNAL_ERROR
 from ext_tasks.protocol.resume import MAX_TOKEN_CHARS, ResumeCodec
+from ext_tasks.replies import JsonReply
 
 pytestmark = pytest.mark.anyio
 

@@ -15,7 +15,7 @@ import anyio
 import pytest
 
 from ext_tasks import Context, Principal, ToolRegistry, elicit
-from ext_tasks.engine import Engine, EngineOptions, JsonReply
+from ext_tasks.engine import Engine, EngineOptions
 from ext_tasks.metrics import REGISTRY
 from ext_tasks.protocol.errors import (
     HEADER_MISMATCH,
@@ -24,6 +24,7 @@ from ext_tasks.protocol.errors import (
     MISSING_REQUIRED_CLIENT_CAPABILITY,
 )
 from ext_tasks.protocol.resume import ResumeCodec
+from ext_tasks.replies import JsonReply
 from ext_tasks.store.memory import MemoryTaskStore
 from ext_tasks.task_methods import TaskMethods, TaskOptions
 from ext_tasks.worker import Worker

@@ -9,12 +9,13 @@ import pytest
 
 from ext_tasks import Context, ToolRegistry
 from ext_tasks.auth import Principal
-from ext_tasks.engine import Engine, JsonReply
+from ext_tasks.engine import Engine
 from ext_tasks.protocol.envelope import META_IDEMPOTENCY_KEY
 from ext_tasks.protocol.jsonrpc import encode
 from ext_tasks.protocol.resume import ResumeCodec
 from ext_tasks.protocol.states import TaskStatus
 from ext_tasks.protocol.tasks import TaskRecord, completed, delivered, poll_interval
+from ext_tasks.replies import JsonReply
 from ext_tasks.store.memory import MemoryTaskStore
 from ext_tasks.task_methods import META_TASK_POLICY, TaskMethods, TaskOptions
 

@@ -18,10 +18,11 @@ import anyio
 import pytest
 
 from ext_tasks import Context, InputRequired, Principal, ProtocolError, ToolError, ToolRegistry, elicit
-from ext_tasks import server as server_module
+from ext_tasks import compose as server_module
 from ext_tasks.config import Settings
 from ext_tasks.protocol.envelope import Envelope
 from ext_tasks.protocol.errors import INTERNAL_ERROR, MISSING_REQUIRED_CLIENT_CAPABILITY, Busy
+from ext_tasks.protocol.requests import PARSERS, Call
 from ext_tasks.protocol.states import TaskStatus
 from ext_tasks.protocol.tasks import TaskRecord, detailed_task_wire
 from ext_tasks.store.base import Run
@@ -279,6 +280,15 @@ def envelope() -> Envelope:
     return Envelope("2026-07-28", DECLARING, None, None, None)
 
 
+def checked(method: str, params: dict[str, Any]) -> Call[Any]:
+    """A tasks/* request as the engine hands it to TaskMethods: decoded and checked."""
+    return Call("req", method, PARSERS[method](params, envelope()), envelope())
+
+
+async def drop(method: str, params: dict[str, Any]) -> None:
+    """Where the notifications of a call go when nobody listens."""
+
+
 async def execute(worker: Worker, task_id: str) -> TaskRecord | None:
     with anyio.fail_after(WAIT_S):
         return await worker.execute(task_id)
@@ -380,7 +390,7 @@ async def test_a_question_puts_the_task_in_input_required_and_the_answer_complet
     assert probe.count("confirm") == 1
 
     params = {"taskId": task_id, "inputResponses": {"confirm": {"action": "accept", "content": {"confirm": True}}}}
-    ack = await task_methods.update(params, envelope(), ALICE)
+    ack = await task_methods.update(checked("tasks/update", params), ALICE, drop)
     assert ack == {"resultType": "complete"}
     resumed = await store.record(task_id)
     assert resumed.status is TaskStatus.WORKING
@@ -401,7 +411,7 @@ async def test_ctx_task_id_and_principal_are_stable_across_re_runs(
     task_id = await add_task(store, "confirm", {"target": "a.txt"})
     await execute(worker, task_id)
     params = {"taskId": task_id, "inputResponses": {"confirm": {"action": "accept", "content": {"confirm": False}}}}
-    await task_methods.update(params, envelope(), ALICE)
+    await task_methods.update(checked("tasks/update", params), ALICE, drop)
     await execute(worker, task_id)
     assert texts((await store.record(task_id)).result) == ["a.txt: kept"]
     assert probe.task_ids == [task_id, task_id]
@@ -429,7 +439,7 @@ async def test_an_ill_fitting_answer_is_asked_again_under_a_new_key(
     task_id = await add_task(store, "confirm", {"target": "a.txt"})
     await execute(worker, task_id)
     params = {"taskId": task_id, "inputResponses": {"confirm": {"action": "accept", "content": {}}}}
-    await task_methods.update(params, envelope(), ALICE)
+    await task_methods.update(checked("tasks/update", params), ALICE, drop)
     await execute(worker, task_id)
     again = await store.record(task_id)
     assert again.status is TaskStatus.INPUT_REQUIRED
@@ -471,7 +481,7 @@ async def test_a_task_may_ask_more_rounds_of_questions_than_the_attempt_limit(
         assert waiting.status is TaskStatus.INPUT_REQUIRED, (key, waiting.status, waiting.error)
         assert list(waiting.input_requests) == [key]
         params = {"taskId": task_id, "inputResponses": {key: {"action": "accept", "content": {"reply": key.upper()}}}}
-        await task_methods.update(params, envelope(), ALICE)
+        await task_methods.update(checked("tasks/update", params), ALICE, drop)
     await execute(worker, task_id)
     done = await store.record(task_id)
     assert done.status is TaskStatus.COMPLETED, done.error
@@ -564,7 +574,7 @@ async def test_a_late_outcome_does_not_overwrite_a_cancellation(
         group.start_soon(run)
         with anyio.fail_after(WAIT_S):
             await probe.started.wait()
-        ack = await task_methods.cancel({"taskId": task_id}, envelope(), ALICE)
+        ack = await task_methods.cancel(checked("tasks/cancel", {"taskId": task_id}), ALICE, drop)
         assert ack == {"resultType": "complete"}
         probe.release.set()
     assert outcome == [None]  # the worker's commit lost the compare-and-set
@@ -580,7 +590,7 @@ async def test_cancel_stops_a_running_tool_promptly_and_the_task_stays_cancelled
         task_id = await add_task(store, "hold")
         with anyio.fail_after(WAIT_S):
             await probe.started.wait()
-        ack = await task_methods.cancel({"taskId": task_id}, envelope(), ALICE)
+        ack = await task_methods.cancel(checked("tasks/cancel", {"taskId": task_id}), ALICE, drop)
         assert ack == {"resultType": "complete"}
         with anyio.fail_after(WAIT_S):
             await probe.saw_cancel.wait()  # the coroutine saw CancelledError, long before any timeout

@@ -1,0 +1,70 @@
+"""The one reply type every surface answers with (the engine, the legacy shim, the proxy), and the one
+interface the HTTP edge calls.
+
+A reply is a single JSON-RPC message (or none: 202/204) or a stream of messages, each with the HTTP
+status and headers it is sent with. How a reply becomes bytes (JSON, or SSE) is the HTTP edge's
+business; what it says is the surface's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
+
+from .auth import Caller
+from .protocol.errors import ProtocolError
+from .protocol.jsonrpc import RequestId, error_message
+
+Message = dict[str, Any]
+#: ``None`` in a stream stands for a keep-alive (an SSE comment).
+StreamItem = Message | None
+Headers = Mapping[str, Sequence[str]]
+
+
+@dataclass(frozen=True, slots=True)
+class JsonReply:
+    status: int
+    message: Message | None  # None: no body (202 Accepted, 204, 405 ...)
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def error(cls, request_id: RequestId | None, error: ProtocolError, status: int | None = None) -> JsonReply:
+        """The reply for a failure: its HTTP status (unless ``status`` says otherwise), its extra headers
+        (``Retry-After``, ``WWW-Authenticate``), its JSON-RPC error."""
+        return cls(status or error.http_status, error_message(request_id, error), error.http_headers())
+
+
+@dataclass(frozen=True, slots=True)
+class StreamReply:
+    items: AsyncIterator[StreamItem]
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+Reply = JsonReply | StreamReply
+
+NOT_ALLOWED: Final = JsonReply(405, None, {"Allow": "POST"})
+
+
+class RequestHandler(Protocol):
+    """What the HTTP edge calls: the engine, the era router in front of it and the shim, or a proxy."""
+
+    async def post(self, body: bytes, headers: Headers, caller: Caller) -> Reply: ...
+
+    async def get(self, headers: Headers, caller: Caller) -> Reply: ...
+
+    async def delete(self, headers: Headers, caller: Caller) -> Reply: ...
+
+    def close(self) -> None:
+        """End open streams gracefully (server shutdown)."""
+        ...
+
+
+async def chained(first: StreamItem, rest: AsyncIterator[StreamItem]) -> AsyncIterator[StreamItem]:
+    """``first``, then ``rest``; closing this closes ``rest`` (a stream primed by reading its first item)."""
+    try:
+        yield first
+        async for item in rest:
+            yield item
+    finally:
+        await rest.aclose()  # type: ignore[attr-defined]
