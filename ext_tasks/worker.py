@@ -213,9 +213,10 @@ class Worker:
             return None
         if record.attempts >= self.options.max_attempts:
             error = InternalError(f"The task's run was interrupted {record.attempts} times; giving up").to_error()
-            outcome = await self._commit(record, failed(record, error, self._clock_ms()))
-            if outcome is not None:
-                task_event("task.failed", outcome, attempts=record.attempts)
+            outcome = failed(record, error, self._clock_ms())
+            if not await self.store.commit(outcome, expect_version=record.version):
+                return None
+            task_event("task.failed", outcome, attempts=record.attempts)
             return outcome
         claimed = transition(record, TaskEvent.PROGRESSED, self._clock_ms(), attempts=record.attempts + 1)
         if not await self.store.commit(claimed, expect_version=record.version):
@@ -274,11 +275,6 @@ class Worker:
             )
             return failed(holder.record, error.to_error(), self._clock_ms())
         return completed(holder.record, result, self._clock_ms())
-
-    async def _commit(self, base: TaskRecord, outcome: TaskRecord) -> TaskRecord | None:
-        if await self.store.commit(outcome, expect_version=base.version):
-            return outcome
-        return None
 
 
 class _Current:

@@ -7,7 +7,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from ext_tasks.protocol.errors import InvalidParams, InvalidRequest, MethodNotFound, ProtocolError
+from ext_tasks.protocol.errors import (
+    INTERNAL_ERROR,
+    MISSING_REQUIRED_CLIENT_CAPABILITY,
+    InternalError,
+    InvalidParams,
+    InvalidRequest,
+    MethodNotFound,
+    ProtocolError,
+)
 from ext_tasks.protocol.tasks import EXTENSION_ID
 from ext_tasks.protocol.versions import META_RELATED_TASK, META_SERVER_INFO
 
@@ -131,9 +139,9 @@ def task_outcome(task: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
         result["_meta"] = {**(result.get("_meta") or {}), **related_task_meta(str(task["taskId"]))}
         return "result", result
     if status == "failed":
-        error = task.get("error") or {"code": -32603, "message": "Task failed"}
+        error = task.get("error") or InternalError("Task failed").to_error()
         return "error", dict(error)
-    return "error", {"code": -32603, "message": "Task was cancelled"}
+    return "error", InternalError("Task was cancelled").to_error()
 
 
 def legacy_input_request(entry: Mapping[str, Any], key: str, task_id: str | None) -> tuple[str, dict[str, Any]]:
@@ -177,7 +185,7 @@ def legacy_notification(message: dict[str, Any]) -> dict[str, Any]:
 def legacy_error(error: Mapping[str, Any]) -> ProtocolError:
     """A modern error as the legacy era says it (no -320xx codes a 2025-11-25 client does not know)."""
     required = (error.get("data") or {}).get("requiredCapabilities") if isinstance(error.get("data"), dict) else None
-    if error.get("code") == -32021 and isinstance(required, dict):
+    if error.get("code") == MISSING_REQUIRED_CLIENT_CAPABILITY and isinstance(required, dict):
         if EXTENSION_ID in (required.get("extensions") or {}):
             # 2025-11-25, tools section: a task-required tool called without augmentation gets -32601.
             return MethodNotFound("Task augmentation required for tools/call requests")
@@ -192,7 +200,7 @@ class RelayedError(ProtocolError):
         data = error.get("data")
         super().__init__(str(error.get("message", "Error")), data=data if isinstance(data, dict) else None)
         code = error.get("code")
-        self.relayed_code = code if isinstance(code, int) and not isinstance(code, bool) else -32603
+        self.relayed_code = code if isinstance(code, int) and not isinstance(code, bool) else INTERNAL_ERROR
 
     def to_error(self) -> dict[str, Any]:
         return {**super().to_error(), "code": self.relayed_code}

@@ -260,7 +260,8 @@ def decode_header_value(raw: str, display: str = "header") -> str:
 
 
 def encode_header_value(value: str) -> str:
-    """The client-side encoding, used by tests and benchmarks: plain when safe, base64 otherwise."""
+    """The client-side encoding (the shim and the proxy speaking to an upstream, tests, benchmarks):
+    plain when safe, base64 otherwise."""
     plain = (
         value == value.strip(" \t")
         and all(0x20 <= ord(ch) <= 0x7E for ch in value)

@@ -20,8 +20,10 @@ The tree::
       MissingClientCapability(-32021, 400)
       UnsupportedProtocolVersion(-32022, 400)
 
-Raising is the only way the core reports a failure; ``ext_tasks.engine`` is the one place that turns
-these into JSON-RPC error responses (it is the only place that knows the request id).
+Raising is the only way the core reports a failure. One place per surface turns these into JSON-RPC
+error responses, with the request id: ``ext_tasks.engine`` for 2026-07-28, ``migration.shim`` for
+2025-11-25 (the HTTP edge answers its own failures, before any surface, through ``JsonReply.error``).
+No JSON-RPC code appears as a literal anywhere else.
 """
 
 from __future__ import annotations

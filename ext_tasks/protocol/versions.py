@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Final
 
 MODERN_2026_07_28: Final = "2026-07-28"
-LEGACY_2025_11_25: Final = "2025-11-25"
 
 #: Revisions served statelessly on the modern path, newest first.
 MODERN_VERSIONS: Final[tuple[str, ...]] = (MODERN_2026_07_28,)

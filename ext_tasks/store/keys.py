@@ -1,4 +1,4 @@
-"""Every Valkey key of the store, in one place (no other module formats a key).
+"""Every Valkey key of the task store, in one place (no other module of the task store formats a key).
 
 All keys of one task carry the task id as a hash tag (``{id}``), so each task's script touches one
 slot; the queue, the idempotency keys and the cancellation channel are shared by the fleet (on a
