@@ -27,7 +27,7 @@ from .lifecycle import JsonFormatter
 from .protocol.resume import generate_key
 
 if TYPE_CHECKING:
-    from litestar import Litestar
+    from .http import App
 
 logger = logging.getLogger("ext_tasks.cli")
 
@@ -179,13 +179,13 @@ def _env_for_children(settings: Settings) -> dict[str, str]:
     }
 
 
-def app_from_settings(settings: Settings) -> Litestar:
+def app_from_settings(settings: Settings) -> App:
     from .compose import serve_app
 
     return serve_app(settings)[1]
 
 
-def app_from_env() -> Litestar:
+def app_from_env() -> App:
     """The app of one hypercorn worker process when ``--workers`` > 1."""
     settings = settings_from_env().validate()
     _configure_logging(settings.log_level, settings.log_format)

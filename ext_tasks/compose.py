@@ -35,7 +35,7 @@ from .waits import WaitLimit
 from .worker import Worker, WorkerOptions
 
 if TYPE_CHECKING:
-    from litestar import Litestar
+    from .http import App
 
 logger = logging.getLogger("ext_tasks.compose")
 
@@ -224,7 +224,7 @@ class Runtime:
         await self.store.close()
 
 
-def serve_app(settings: Settings) -> tuple[Runtime, Litestar]:
+def serve_app(settings: Settings) -> tuple[Runtime, App]:
     """The app of ``ext-tasks serve`` (and of each of its worker processes), with its runtime."""
     from .http import create_app
 
@@ -240,7 +240,7 @@ def serve_app(settings: Settings) -> tuple[Runtime, Litestar]:
     return runtime, app
 
 
-def proxy_app(settings: Settings, upstream_url: str, version: str) -> Litestar:
+def proxy_app(settings: Settings, upstream_url: str, version: str) -> App:
     """The app of ``ext-tasks proxy``: legacy clients served by the shim over a remote 2026-07-28 server,
     modern requests passed through unchanged."""
     from .http import create_app

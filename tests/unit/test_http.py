@@ -9,13 +9,12 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from litestar import Litestar
 
 from ext_tasks import Context, ToolRegistry
 from ext_tasks.auth import AnonymousAuthenticator, Authenticator, BearerTokenAuthenticator
 from ext_tasks.config import Settings
 from ext_tasks.engine import Engine
-from ext_tasks.http import create_app
+from ext_tasks.http import App, create_app
 from ext_tasks.protocol.resume import ResumeCodec
 
 pytestmark = pytest.mark.anyio
@@ -37,7 +36,7 @@ async def echo(text: str) -> str:
     return text
 
 
-def make_app(settings: Settings | None = None, authenticator: Authenticator | None = None) -> Litestar:
+def make_app(settings: Settings | None = None, authenticator: Authenticator | None = None) -> App:
     registry = ToolRegistry("http-test", version="1.0.0")
     registry.tool()(count)
     registry.tool()(echo)
@@ -51,8 +50,8 @@ async def client() -> AsyncIterator[httpx.AsyncClient]:
         yield http
 
 
-def connect(app: Litestar) -> httpx.AsyncClient:
-    # Litestar types its ASGI callable more precisely than httpx's generic signature; they are compatible.
+def connect(app: App) -> httpx.AsyncClient:
+    # The app's ASGI signature is more precise than httpx's generic one; they are compatible.
     transport = httpx.ASGITransport(app=app)  # type: ignore[arg-type]
     return httpx.AsyncClient(transport=transport, base_url=BASE_URL)
 
