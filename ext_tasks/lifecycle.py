@@ -1,6 +1,9 @@
 """Structured lifecycle events of tasks, and the JSON log format.
 
-Each event is one log line (``logger ext_tasks.lifecycle``) with ``event``, ``task_id``, ``tool`` and
+Every committed transition is reported here (:func:`task_event`); the status table
+(``protocol.states.TABLE``) says whether it is logged, under which name (``task.created``,
+``task.completed`` ...), and which status it enters for ``ext_tasks_task_transitions_total``. Each logged
+event is one log line (``logger ext_tasks.lifecycle``) with ``event``, ``task_id``, ``tool`` and
 ``principal`` (a short one-way tag, not the principal itself); with ``EXT_TASKS_LOG_FORMAT=json`` (the
 default) every line is one JSON object. Arguments, answers, results, ``requestState`` and credentials
 are never logged.
@@ -15,19 +18,11 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from .metrics import TASK_TRANSITIONS
+from .protocol.states import TaskEvent, TaskStatus, edge
 from .protocol.tasks import TaskRecord
 
 logger = logging.getLogger("ext_tasks.lifecycle")
 
-#: Events that mean the task entered a status, for the transitions metric.
-_ENTERS: Final = {
-    "task.created": "working",
-    "task.input_requested": "input_required",
-    "task.resumed": "working",
-    "task.completed": "completed",
-    "task.failed": "failed",
-    "task.cancelled": "cancelled",
-}
 _STANDARD_ATTRIBUTES: Final = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
 
 
@@ -35,12 +30,23 @@ def principal_tag(principal: str) -> str:
     return hashlib.sha256(f"ext-tasks/principal/{principal}".encode()).hexdigest()[:12]
 
 
-def task_event(event: str, record: TaskRecord, **fields: Any) -> None:
-    status = _ENTERS.get(event)
-    if status is not None:
-        TASK_TRANSITIONS.labels(status).inc()
-    extra = {"event": event, "task_id": record.task_id, "tool": record.tool, "principal": principal_tag(record.owner)}
-    logger.info(event, extra={**extra, **fields})
+def task_event(source: TaskStatus | None, event: TaskEvent, record: TaskRecord, /, **fields: Any) -> None:
+    """Report the committed transition ``event`` out of ``source`` (``None``: the task was created), which
+    left ``record``: count the status it enters and log it, as its row in the table says; ``fields`` go
+    into the log line.
+
+    Raises:
+        InvalidTransition: the table has no such row (a programming error, as is a ``record`` that is
+            not in the status the row leads to).
+    """
+    row = edge(source, event)
+    assert row.target is record.status, f"{event.value} from {source} leads to {row.target}, not {record.status}"
+    if row.enters is not None:
+        TASK_TRANSITIONS.labels(row.enters.value).inc()
+    if row.log is None:
+        return
+    extra = {"event": row.log, "task_id": record.task_id, "tool": record.tool, "principal": principal_tag(record.owner)}
+    logger.info(row.log, extra={**extra, **fields})
 
 
 class JsonFormatter(logging.Formatter):

@@ -29,7 +29,7 @@ from .protocol.envelope import Envelope
 from .protocol.errors import Busy, InvalidParams, LimitExceeded
 from .protocol.requests import Call, TaskRef, TaskUpdate
 from .protocol.resume import digest_arguments
-from .protocol.states import TaskStatus
+from .protocol.states import TaskEvent, TaskStatus
 from .protocol.tasks import (
     TaskRecord,
     answers_merged,
@@ -188,7 +188,7 @@ class TaskMethods:
         if existing is not None:
             assert claim is not None
             return await self._resent(existing, claim, principal)
-        task_event("task.created", record, ttl_ms=ttl_ms)
+        task_event(None, TaskEvent.CREATED, record, ttl_ms=ttl_ms)
         return {"resultType": "task", **task_wire(record, now)}
 
     async def _resent(self, existing: ExistingTask, claim: IdempotencyClaim, principal: Principal) -> Result:
@@ -241,7 +241,7 @@ class TaskMethods:
             # The outcome is handed out for the first time: a sensitive one has what is left of its life
             # shortened before replying, so the ttlMs the client sees is already the truth.
             if await self.store.commit(shrunk, expect_version=record.version):
-                task_event("task.result_retrieved", shrunk, ttl_ms=shrunk.ttl_ms)
+                task_event(record.status, TaskEvent.DELIVERED, shrunk, ttl_ms=shrunk.ttl_ms)
                 record = shrunk
             else:
                 record = await self._find(call.params.task_id, principal)
@@ -255,8 +255,9 @@ class TaskMethods:
             if merged is None:
                 return dict(_ACK)  # nothing outstanding was answered: ignored, as the spec asks
             resumed = merged.status is TaskStatus.WORKING
+            event = TaskEvent.INPUT_PROVIDED if resumed else TaskEvent.ANSWERED
             if await self.store.commit(merged, expect_version=record.version, enqueue=resumed):
-                task_event("task.resumed" if resumed else "task.answered", merged, keys=len(responses))
+                task_event(record.status, event, merged, keys=len(responses))
                 return dict(_ACK)
         raise AssertionError("unreachable: _attempts raises when it gives up")
 
@@ -265,8 +266,9 @@ class TaskMethods:
         async for record in self._attempts(first, principal, "cancel"):
             if record.terminal:
                 return dict(_ACK)  # cancelling a finished task is acknowledged, idempotently
-            if await self.store.commit(cancelled(record, self._clock_ms()), expect_version=record.version, cancel=True):
-                task_event("task.cancelled", record)
+            gone = cancelled(record, self._clock_ms())
+            if await self.store.commit(gone, expect_version=record.version, cancel=True):
+                task_event(record.status, TaskEvent.CANCEL_REQUESTED, gone)
                 return dict(_ACK)
         raise AssertionError("unreachable: _attempts raises when it gives up")
 

@@ -37,7 +37,15 @@ from .metrics import LEASE_RECLAIMS, QUEUE_DEPTH
 from .protocol.envelope import Envelope
 from .protocol.errors import InternalError, MissingClientCapability, ProtocolError
 from .protocol.states import TaskEvent, TaskStatus
-from .protocol.tasks import TaskRecord, completed, failed, input_requested, rerun_requested, transition
+from .protocol.tasks import (
+    TaskRecord,
+    completed,
+    failed,
+    input_requested,
+    rerun_requested,
+    run_started,
+    status_reported,
+)
 from .protocol.versions import MODERN_2026_07_28
 from .store.base import Run, TaskStore, TaskStoreUnavailable
 from .tools import ToolRegistry
@@ -45,11 +53,8 @@ from .tools import ToolRegistry
 logger = logging.getLogger("ext_tasks.worker")
 
 _encoder: Final = msgspec.json.Encoder()
-_OUTCOME_EVENTS = {
-    TaskStatus.COMPLETED: "task.completed",
-    TaskStatus.FAILED: "task.failed",
-    TaskStatus.INPUT_REQUIRED: "task.input_requested",
-}
+#: What a run ended with: the table's event, and the record after it.
+_Outcome = tuple[TaskEvent, TaskRecord]
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,32 +221,35 @@ class Worker:
             outcome = failed(record, error, self._clock_ms())
             if not await self.store.commit(outcome, expect_version=record.version):
                 return None
-            task_event("task.failed", outcome, attempts=record.attempts)
+            task_event(record.status, TaskEvent.FAILED, outcome, attempts=record.attempts)
             return outcome
-        claimed = transition(record, TaskEvent.PROGRESSED, self._clock_ms(), attempts=record.attempts + 1)
+        claimed = run_started(record, self._clock_ms())
         if not await self.store.commit(claimed, expect_version=record.version):
             return None  # another worker or a cancellation got there first
+        task_event(record.status, TaskEvent.RUN_STARTED, claimed)
         holder = _Current(claimed)
-        outcome = await self._outcome(holder)
+        event, outcome = await self._outcome(holder)
         # A state-only question leaves the task working with new state: it must be queued again.
-        rerun = outcome.status is TaskStatus.WORKING
-        if await self.store.commit(outcome, expect_version=holder.record.version, enqueue=rerun):
-            task_event(_OUTCOME_EVENTS.get(outcome.status, "task.rerun"), outcome, attempt=claimed.attempts)
+        rerun = event is TaskEvent.RERUN_REQUESTED
+        current = holder.record
+        if await self.store.commit(outcome, expect_version=current.version, enqueue=rerun):
+            task_event(current.status, event, outcome, attempt=claimed.attempts)
             return outcome
         return None
 
-    async def _outcome(self, holder: _Current) -> TaskRecord:
+    async def _outcome(self, holder: _Current) -> _Outcome:
         record = holder.record
         tool = self.registry.tools.get(record.tool)
         if tool is None:
-            return failed(
+            return TaskEvent.FAILED, failed(
                 record, InternalError(f"Tool {record.tool!r} is no longer served").to_error(), self._clock_ms()
             )
 
         async def set_status(message: str) -> None:
             current = holder.record
-            updated = transition(current, TaskEvent.PROGRESSED, self._clock_ms(), status_message=message)
+            updated = status_reported(current, message, self._clock_ms())
             if await self.store.commit(updated, expect_version=current.version):
+                task_event(current.status, TaskEvent.STATUS_REPORTED, updated)
                 holder.record = updated
 
         ctx = Context(
@@ -257,14 +265,15 @@ class Worker:
         except InputRequired as asked:
             missing = missing_capabilities(asked.requests.values(), record.client_capabilities)
             if missing:
-                return failed(holder.record, MissingClientCapability(missing).to_error(), self._clock_ms())
+                refused = MissingClientCapability(missing).to_error()
+                return TaskEvent.FAILED, failed(holder.record, refused, self._clock_ms())
             state = asked.state if asked.state is not None else ctx.state
             if not asked.requests:
-                return rerun_requested(holder.record, state, self._clock_ms())
+                return TaskEvent.RERUN_REQUESTED, rerun_requested(holder.record, state, self._clock_ms())
             requests = {key: request.to_wire() for key, request in asked.requests.items()}
-            return input_requested(holder.record, requests, state, self._clock_ms())
+            return TaskEvent.INPUT_REQUESTED, input_requested(holder.record, requests, state, self._clock_ms())
         except ProtocolError as exc:
-            return failed(holder.record, exc.to_error(), self._clock_ms())
+            return TaskEvent.FAILED, failed(holder.record, exc.to_error(), self._clock_ms())
         result["resultType"] = "complete"
         size = len(_encoder.encode(result))
         if size > self.options.max_result_bytes:
@@ -273,8 +282,8 @@ class Worker:
                 f"The tool's result is too large to keep ({size} bytes; the limit is "
                 f"{self.options.max_result_bytes}, EXT_TASKS_MAX_RESULT_BYTES)"
             )
-            return failed(holder.record, error.to_error(), self._clock_ms())
-        return completed(holder.record, result, self._clock_ms())
+            return TaskEvent.FAILED, failed(holder.record, error.to_error(), self._clock_ms())
+        return TaskEvent.SUCCEEDED, completed(holder.record, result, self._clock_ms())
 
 
 class _Current:

@@ -16,12 +16,14 @@ from ext_tasks.protocol.errors import (
     MethodNotFound,
     ProtocolError,
 )
+from ext_tasks.protocol.states import LEGACY_STATUS, LEGACY_TERMINAL, TaskStatus
+from ext_tasks.protocol.states import legacy_status as legacy_status_of
 from ext_tasks.protocol.tasks import EXTENSION_ID
 from ext_tasks.protocol.versions import META_RELATED_TASK, META_SERVER_INFO
 
 LEGACY_VERSIONS: Final[tuple[str, ...]] = ("2025-11-25", "2025-06-18", "2025-03-26")
 LATEST_LEGACY: Final = "2025-11-25"
-TERMINAL: Final = frozenset({"completed", "failed", "cancelled"})
+TERMINAL: Final = LEGACY_TERMINAL
 #: Fields of 2026-07-28 results that a 2025-11-25 client has no use for.
 _MODERN_ONLY_RESULT_FIELDS: Final = ("resultType", "ttlMs", "cacheScope")
 #: Client capabilities that mean the same in both eras (``tasks`` does not carry over: SEP-2663).
@@ -80,14 +82,13 @@ def legacy_tools(tools: list[dict[str, Any]], task_support: Mapping[str, str]) -
 
 def legacy_status(task: Mapping[str, Any], *, cancelled_by_legacy: bool = False) -> str:
     """Legacy status: a tool result with ``isError`` is ``failed`` for legacy callers; once a legacy
-    client cancelled a task it stays ``cancelled`` whatever the work did afterwards."""
+    client cancelled a task it stays ``cancelled`` whatever the work did afterwards. The names are the
+    status table's (``ext_tasks.protocol.states.legacy_status``)."""
     if cancelled_by_legacy:
-        return "cancelled"
-    status = str(task["status"])
+        return LEGACY_STATUS[TaskStatus.CANCELLED]
     result = task.get("result")
-    if status == "completed" and isinstance(result, dict) and result.get("isError") is True:
-        return "failed"
-    return status
+    tool_error = isinstance(result, dict) and result.get("isError") is True
+    return legacy_status_of(str(task["status"]), tool_error=tool_error)
 
 
 def legacy_task(task: Mapping[str, Any], *, cancelled_by_legacy: bool = False) -> dict[str, Any]:
@@ -100,7 +101,7 @@ def legacy_task(task: Mapping[str, Any], *, cancelled_by_legacy: bool = False) -
         "lastUpdatedAt": task["lastUpdatedAt"],
         "ttl": task.get("ttlMs"),
     }
-    if legacy["status"] == "failed" and task["status"] == "completed":
+    if legacy["status"] == LEGACY_STATUS[TaskStatus.FAILED] and task["status"] == TaskStatus.COMPLETED:
         # A tool error reads as failed here, and its text is the status message (not a progress message
         # from before the error): legacy clients that never call tasks/result see why it failed.
         legacy["statusMessage"] = _error_text(task.get("result") or {})
@@ -121,8 +122,8 @@ def legacy_create_task_result(created: Mapping[str, Any]) -> dict[str, Any]:
     """The nested legacy ``CreateTaskResult``. Legacy tasks MUST start ``working``, so a task the engine
     seeded in another status is reported ``working`` until the first poll."""
     task = legacy_task(created)
-    if task["status"] != "working":
-        task["status"] = "working"
+    if task["status"] != LEGACY_STATUS[TaskStatus.WORKING]:
+        task["status"] = LEGACY_STATUS[TaskStatus.WORKING]
     return {"task": task}
 
 
@@ -134,11 +135,11 @@ def task_outcome(task: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     """What legacy ``tasks/result`` answers for a terminal task: ``("result", CallToolResult)`` carrying
     the related-task ``_meta``, or ``("error", JSON-RPC error)``."""
     status = task["status"]
-    if status == "completed":
+    if status == TaskStatus.COMPLETED:
         result = legacy_result(task.get("result") or {"content": []})
         result["_meta"] = {**(result.get("_meta") or {}), **related_task_meta(str(task["taskId"]))}
         return "result", result
-    if status == "failed":
+    if status == TaskStatus.FAILED:
         error = task.get("error") or InternalError("Task failed").to_error()
         return "error", dict(error)
     return "error", InternalError("Task was cancelled").to_error()

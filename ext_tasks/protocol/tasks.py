@@ -3,8 +3,9 @@
 A :class:`TaskRecord` is what the store keeps: the wire fields (``DetailedTask``) plus what the server
 needs to run the tool again on any instance (tool, arguments, the declaring request's capabilities,
 every answer so far, the function's own state, the run attempt count). Every change goes through
-:func:`transition`, which consults the status table and bumps ``version``; the store commits a change
-only if the version it read is still current (compare-and-set), so two instances never both win.
+:func:`transition`, which takes the next status from the table (``states.TABLE``) and bumps ``version``;
+the store commits a change only if the version it read is still current (compare-and-set), so two
+instances never both win. Each operation below is one event of the table.
 """
 
 from __future__ import annotations
@@ -63,10 +64,12 @@ class TaskRecord:
 
 
 def transition(record: TaskRecord, event: TaskEvent, now_ms: int, **changes: Any) -> TaskRecord:
-    """The record after ``event``: next status from the table, version + 1, ``changes`` applied.
+    """The record after ``event``: next status from the table, version + 1, ``changes`` applied, and
+    ``lastUpdatedAt`` moved to ``now_ms`` (never backwards).
 
     Raises:
-        InvalidTransition: the event is not allowed in the record's status (e.g. any event on a terminal task).
+        InvalidTransition: the event is not allowed in the record's status (e.g. any event but
+            ``delivered`` on a terminal task).
     """
     status = next_status(record.status, event)
     return dataclasses.replace(
@@ -96,16 +99,27 @@ def input_requested(record: TaskRecord, requests: Mapping[str, dict[str, Any]], 
     )
 
 
+def run_started(record: TaskRecord, now_ms: int) -> TaskRecord:
+    """A worker took the task's run: the attempt is counted (committed, so a run taken over sees it)."""
+    return transition(record, TaskEvent.RUN_STARTED, now_ms, attempts=record.attempts + 1)
+
+
+def status_reported(record: TaskRecord, message: str, now_ms: int) -> TaskRecord:
+    """The running function set its ``statusMessage``."""
+    return transition(record, TaskEvent.STATUS_REPORTED, now_ms, status_message=message)
+
+
 def rerun_requested(record: TaskRecord, state: Any, now_ms: int) -> TaskRecord:
     """A state-only ``input_required`` inside a task: nothing to ask, so run again with ``state``."""
-    return transition(record, TaskEvent.PROGRESSED, now_ms, state=state, attempts=0)
+    return transition(record, TaskEvent.RERUN_REQUESTED, now_ms, state=state, attempts=0)
 
 
 def answers_merged(record: TaskRecord, responses: Mapping[str, dict[str, Any]], now_ms: int) -> TaskRecord | None:
     """Merge answers for *outstanding* keys (others are ignored, as the spec asks).
 
     Returns ``None`` when nothing changes (no outstanding key answered, or the task is not waiting).
-    When the last outstanding key is answered the task goes back to ``working``.
+    Some keys answered is ``answered`` (still ``input_required``, with the rest outstanding); the last
+    outstanding key answered is ``input_provided``: the task goes back to ``working``.
     """
     if record.status is not TaskStatus.INPUT_REQUIRED:
         return None
@@ -116,7 +130,7 @@ def answers_merged(record: TaskRecord, responses: Mapping[str, dict[str, Any]], 
     # Answers are kept under the tool's own key, whatever wire key the question went out under.
     answers = {**record.answers, **{record.asked_as.get(key, key): value for key, value in accepted.items()}}
     if outstanding:
-        return transition(record, TaskEvent.PROGRESSED, now_ms, input_requests=outstanding, answers=answers)
+        return transition(record, TaskEvent.ANSWERED, now_ms, input_requests=outstanding, answers=answers)
     return transition(record, TaskEvent.INPUT_PROVIDED, now_ms, input_requests={}, answers=answers)
 
 
@@ -149,7 +163,8 @@ def delivered(record: TaskRecord, now_ms: int, grace_ms: int) -> TaskRecord | No
 
     The delivery time is recorded; for a sensitive task the remaining lifetime also shrinks to
     ``grace_ms`` from now (never grows), and ``ttlMs`` says so, since it counts from ``createdAt``.
-    The status does not change.
+    It is the table's ``delivered`` edge: the status does not change, and neither does ``lastUpdatedAt``
+    (a read is no update of the task).
     """
     if not record.terminal or record.delivered_at_ms is not None:
         return None
@@ -157,7 +172,7 @@ def delivered(record: TaskRecord, now_ms: int, grace_ms: int) -> TaskRecord | No
     if record.sensitive:
         shrunk = now_ms + grace_ms - record.created_at_ms
         ttl_ms = max(1, shrunk if ttl_ms is None else min(ttl_ms, shrunk))
-    return dataclasses.replace(record, ttl_ms=ttl_ms, delivered_at_ms=now_ms, version=record.version + 1)
+    return transition(record, TaskEvent.DELIVERED, record.updated_at_ms, ttl_ms=ttl_ms, delivered_at_ms=now_ms)
 
 
 def iso8601(ms: int) -> str:

@@ -58,7 +58,7 @@ class Clock:
 
 class ContendedStore(MemoryTaskStore):
     """A real memory store where another writer commits to the task right before each of the next
-    ``losses`` commits (as a worker's status message on another instance would), so the engine's
+    ``losses`` commits (as another instance merging a partial answer would), so the engine's
     compare-and-set loses that many times in a row."""
 
     def __init__(self, clock: Clock, losses: float) -> None:
@@ -74,7 +74,7 @@ class ContendedStore(MemoryTaskStore):
             self.losses -= 1
             self.lost += 1
             message = f"{OTHER_WRITER} ({self.lost})"
-            other = transition(current, TaskEvent.PROGRESSED, current.updated_at_ms, status_message=message)
+            other = transition(current, TaskEvent.ANSWERED, current.updated_at_ms, status_message=message)
             assert await super().commit(other, expect_version=current.version)
         return await super().commit(record, expect_version=expect_version, enqueue=enqueue, cancel=cancel)
 

@@ -1,23 +1,39 @@
 """The task status machine as data, and the pure record operations of ``ext_tasks.protocol.tasks``.
 
-No store, no clock: records are built by hand and every change goes through the pure functions.
+No store, no clock: records are built by hand and every change goes through the pure functions. The
+table also names the lifecycle log events, the transitions metric's labels and the 2025-11-25 statuses,
+and draws the diagram in docs/architecture.md: those are checked here too.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
+import logging
 import re
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from ext_tasks.lifecycle import task_event
+from ext_tasks.metrics import REGISTRY
 from ext_tasks.protocol.states import (
+    LEGACY_STATUS,
+    LEGACY_TERMINAL,
+    MERMAID_COMMAND,
+    TABLE,
     TERMINAL,
     TRANSITIONS,
+    Edge,
     InvalidTransition,
     TaskEvent,
     TaskStatus,
+    edge,
+    legacy_status,
+    mermaid,
     next_status,
 )
 from ext_tasks.protocol.tasks import (
@@ -25,12 +41,17 @@ from ext_tasks.protocol.tasks import (
     answers_merged,
     cancelled,
     completed,
+    delivered,
     detailed_task_wire,
     failed,
     input_requested,
+    rerun_requested,
+    run_started,
+    status_reported,
     task_wire,
     transition,
 )
+from migration import translate
 
 T0 = 1_800_000_000_000  # ms since the epoch (2027-01-15)
 ISO_Z = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z$")
@@ -115,13 +136,14 @@ def test_terminal_statuses_are_completed_failed_cancelled() -> None:
     ]
 
 
-def test_terminal_statuses_have_no_outgoing_edge() -> None:
-    assert not [pair for pair in TRANSITIONS if pair[0] in TERMINAL]
+def test_terminal_statuses_have_no_outgoing_edge_but_delivered_to_themselves() -> None:
+    out_of_terminal = {pair: target for pair, target in TRANSITIONS.items() if pair[0] in TERMINAL}
+    assert out_of_terminal == {(status, TaskEvent.DELIVERED): status for status in TERMINAL}
 
 
 @pytest.mark.parametrize("status", sorted(TERMINAL))
-@pytest.mark.parametrize("event", list(TaskEvent))
-def test_a_terminal_record_refuses_every_event_and_stays_unchanged(status: TaskStatus, event: TaskEvent) -> None:
+@pytest.mark.parametrize("event", [event for event in TaskEvent if event is not TaskEvent.DELIVERED])
+def test_a_terminal_record_refuses_every_other_event_and_stays_unchanged(status: TaskStatus, event: TaskEvent) -> None:
     record = record_in(status)
     with pytest.raises(InvalidTransition):
         transition(record, event, T0 + 5_000)
@@ -141,8 +163,13 @@ def test_the_table_follows_the_spec_state_machine() -> None:
     assert TRANSITIONS[(TaskStatus.INPUT_REQUIRED, TaskEvent.INPUT_PROVIDED)] is TaskStatus.WORKING
     assert (TaskStatus.WORKING, TaskEvent.INPUT_PROVIDED) not in TRANSITIONS
     assert (TaskStatus.INPUT_REQUIRED, TaskEvent.INPUT_REQUESTED) not in TRANSITIONS
-    for status in (TaskStatus.WORKING, TaskStatus.INPUT_REQUIRED):
-        assert TRANSITIONS[(status, TaskEvent.PROGRESSED)] is status
+    # Bookkeeping that leaves the status as it is: a run started, a status message, a state-only rerun, a
+    # partial answer, and the first delivery of an outcome.
+    for event in (TaskEvent.RUN_STARTED, TaskEvent.STATUS_REPORTED, TaskEvent.RERUN_REQUESTED):
+        assert TRANSITIONS[(TaskStatus.WORKING, event)] is TaskStatus.WORKING
+    assert TRANSITIONS[(TaskStatus.INPUT_REQUIRED, TaskEvent.ANSWERED)] is TaskStatus.INPUT_REQUIRED
+    for status in TERMINAL:
+        assert TRANSITIONS[(status, TaskEvent.DELIVERED)] is status
 
 
 # --- transition ---------------------------------------------------------------------------------------
@@ -162,7 +189,7 @@ def test_transition_bumps_version_by_one_and_applies_the_table(status: TaskStatu
 
 def test_transition_never_moves_updated_at_backwards() -> None:
     record = make_record(updated_at_ms=T0 + 10_000)
-    after = transition(record, TaskEvent.PROGRESSED, T0 + 2_000)  # a clock that stepped back
+    after = transition(record, TaskEvent.STATUS_REPORTED, T0 + 2_000)  # a clock that stepped back
     assert after.updated_at_ms == T0 + 10_000
     assert after.version == record.version + 1
 
@@ -321,3 +348,202 @@ def test_task_wire_has_no_status_specific_member() -> None:
     for status in TaskStatus:
         wire = task_wire(record_in(status))
         assert not {"inputRequests", "result", "error"} & set(wire)
+
+
+# --- the operations are the table's events ------------------------------------------------------------
+
+
+def test_bookkeeping_operations_keep_the_status_and_bump_the_version() -> None:
+    record = make_record(attempts=1)
+    started = run_started(record, T0 + 2_000)
+    assert (started.status, started.attempts, started.version) == (TaskStatus.WORKING, 2, record.version + 1)
+    reported = status_reported(started, "halfway", T0 + 3_000)
+    assert (reported.status, reported.status_message, reported.version) == (TaskStatus.WORKING, "halfway", 9)
+    rerun = rerun_requested(reported, {"step": 2}, T0 + 4_000)
+    assert (rerun.status, rerun.state, rerun.attempts, rerun.version) == (TaskStatus.WORKING, {"step": 2}, 0, 10)
+    with pytest.raises(InvalidTransition):
+        run_started(waiting_record(name=NAME_REQUEST), T0 + 2_000)
+    with pytest.raises(InvalidTransition):
+        status_reported(waiting_record(name=NAME_REQUEST), "halfway", T0 + 2_000)
+
+
+@pytest.mark.parametrize("status", sorted(TERMINAL))
+def test_the_first_delivery_is_the_delivered_edge_and_keeps_status_and_last_update(status: TaskStatus) -> None:
+    record = record_in(status)
+    after = delivered(record, T0 + 9_000, grace_ms=30_000)
+    assert after is not None
+    assert after.status is status
+    assert after.version == record.version + 1
+    assert after.delivered_at_ms == T0 + 9_000
+    assert after.updated_at_ms == record.updated_at_ms  # a read, not an update: lastUpdatedAt stays
+    assert after.ttl_ms == record.ttl_ms  # not sensitive: the lifetime stays
+    assert delivered(after, T0 + 10_000, grace_ms=30_000) is None  # only the first delivery counts
+
+
+def test_delivering_a_sensitive_outcome_shrinks_its_lifetime_to_the_grace() -> None:
+    record = make_record(TaskStatus.COMPLETED, result=TOOL_RESULT, sensitive=True, ttl_ms=3_600_000)
+    after = delivered(record, T0 + 9_000, grace_ms=30_000)
+    assert after is not None
+    assert after.ttl_ms == 9_000 + 30_000
+
+
+@pytest.mark.parametrize("status", [TaskStatus.WORKING, TaskStatus.INPUT_REQUIRED])
+def test_an_unfinished_task_is_never_delivered(status: TaskStatus) -> None:
+    assert delivered(record_in(status), T0 + 9_000, grace_ms=30_000) is None
+    with pytest.raises(InvalidTransition):
+        transition(record_in(status), TaskEvent.DELIVERED, T0 + 9_000)
+
+
+# --- the rows: lifecycle log events and the transitions metric ----------------------------------------
+
+_W, _I = TaskStatus.WORKING, TaskStatus.INPUT_REQUIRED
+_C, _F, _X = TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED
+#: Every row, written out: the log event names are what operators and dashboards rely on.
+EXPECTED_ROWS: dict[tuple[TaskStatus | None, TaskEvent], tuple[TaskStatus, str | None]] = {
+    (None, TaskEvent.CREATED): (_W, "task.created"),
+    (_W, TaskEvent.RUN_STARTED): (_W, None),
+    (_W, TaskEvent.STATUS_REPORTED): (_W, None),
+    (_W, TaskEvent.RERUN_REQUESTED): (_W, "task.rerun"),
+    (_W, TaskEvent.INPUT_REQUESTED): (_I, "task.input_requested"),
+    (_W, TaskEvent.SUCCEEDED): (_C, "task.completed"),
+    (_W, TaskEvent.FAILED): (_F, "task.failed"),
+    (_W, TaskEvent.CANCEL_REQUESTED): (_X, "task.cancelled"),
+    (_I, TaskEvent.ANSWERED): (_I, "task.answered"),
+    (_I, TaskEvent.INPUT_PROVIDED): (_W, "task.resumed"),
+    (_I, TaskEvent.SUCCEEDED): (_C, "task.completed"),
+    (_I, TaskEvent.FAILED): (_F, "task.failed"),
+    (_I, TaskEvent.CANCEL_REQUESTED): (_X, "task.cancelled"),
+    (_C, TaskEvent.DELIVERED): (_C, "task.result_retrieved"),
+    (_F, TaskEvent.DELIVERED): (_F, "task.result_retrieved"),
+    (_X, TaskEvent.DELIVERED): (_X, "task.result_retrieved"),
+}
+
+
+def test_the_table_is_exactly_these_rows() -> None:
+    assert {(row.source, row.event): (row.target, row.log) for row in TABLE} == EXPECTED_ROWS
+    assert len(TABLE) == len(EXPECTED_ROWS)  # no row twice
+    assert {pair: target for pair, (target, _) in EXPECTED_ROWS.items() if pair[0] is not None} == TRANSITIONS
+
+
+def test_a_task_is_created_working_and_nothing_else_creates_one() -> None:
+    assert edge(None, TaskEvent.CREATED).target is TaskStatus.WORKING
+    for status in TaskStatus:
+        with pytest.raises(InvalidTransition):
+            next_status(status, TaskEvent.CREATED)
+    for event in TaskEvent:
+        if event is not TaskEvent.CREATED:
+            with pytest.raises(InvalidTransition, match="not created yet"):
+                edge(None, event)
+
+
+def test_the_metric_counts_entries_into_a_status_as_it_always_did() -> None:
+    # Which log events meant "entered a status" before the table named them (lifecycle's old _ENTERS).
+    entering = {row.log: row.enters.value for row in TABLE if row.enters is not None}
+    assert entering == {
+        "task.created": "working",
+        "task.input_requested": "input_required",
+        "task.resumed": "working",
+        "task.completed": "completed",
+        "task.failed": "failed",
+        "task.cancelled": "cancelled",
+    }
+    staying = {row.log for row in TABLE if row.enters is None}
+    assert staying == {None, "task.rerun", "task.answered", "task.result_retrieved"}
+
+
+def _transitions(status: str) -> float:
+    return REGISTRY.get_sample_value("ext_tasks_task_transitions_total", {"status": status}) or 0.0
+
+
+@pytest.mark.parametrize("row", TABLE, ids=[f"{row.source}-{row.event.value}" for row in TABLE])
+def test_task_event_logs_and_counts_what_its_row_says(row: Edge, caplog: pytest.LogCaptureFixture) -> None:
+    record = record_in(row.target)
+    before = {status.value: _transitions(status.value) for status in TaskStatus}
+    with caplog.at_level(logging.INFO, logger="ext_tasks.lifecycle"):
+        task_event(row.source, row.event, record, keys=2)
+    lines = [line for line in caplog.records if line.name == "ext_tasks.lifecycle"]
+    if row.log is None:
+        assert lines == []
+    else:
+        assert [line.getMessage() for line in lines] == [row.log]
+        assert vars(lines[0])["event"] == row.log
+        assert vars(lines[0])["task_id"] == "task-1"
+        assert vars(lines[0])["tool"] == "deploy"
+        assert vars(lines[0])["keys"] == 2
+    counted = {status: _transitions(status) - value for status, value in before.items()}
+    expected = {status.value: 0.0 for status in TaskStatus}
+    if row.enters is not None:
+        expected[row.enters.value] = 1.0
+    assert counted == expected
+
+
+def test_task_event_refuses_a_transition_the_table_does_not_have() -> None:
+    with pytest.raises(InvalidTransition):
+        task_event(TaskStatus.COMPLETED, TaskEvent.SUCCEEDED, record_in(TaskStatus.COMPLETED))
+    with pytest.raises(AssertionError, match="leads to completed"):
+        task_event(TaskStatus.WORKING, TaskEvent.SUCCEEDED, record_in(TaskStatus.FAILED))
+
+
+# --- the 2025-11-25 names -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("status", list(TaskStatus))
+def test_legacy_statuses_have_the_same_names(status: TaskStatus) -> None:
+    assert LEGACY_STATUS[status] == status.value
+    assert type(LEGACY_STATUS[status]) is str
+    assert legacy_status(status.value) == status.value
+
+
+@pytest.mark.parametrize("status", list(TaskStatus))
+def test_a_tool_error_reads_as_failed_only_for_a_completed_task(status: TaskStatus) -> None:
+    expected = "failed" if status is TaskStatus.COMPLETED else status.value
+    assert legacy_status(status.value, tool_error=True) == expected
+
+
+def test_a_status_the_table_does_not_know_is_passed_on() -> None:
+    assert legacy_status("paused") == "paused"
+    assert legacy_status("paused", tool_error=True) == "paused"
+
+
+def test_the_legacy_terminal_statuses_are_the_tables() -> None:
+    assert {"completed", "failed", "cancelled"} == LEGACY_TERMINAL
+    assert all(type(status) is str for status in LEGACY_TERMINAL)
+    assert translate.TERMINAL is LEGACY_TERMINAL
+
+
+# --- the diagram ----------------------------------------------------------------------------------------
+
+ARCHITECTURE = Path(__file__).resolve().parents[2] / "docs" / "architecture.md"
+STATES_SECTION = re.compile(r"<!-- states:begin -->\n(.*?)<!-- states:end -->", re.DOTALL)
+
+
+def test_the_diagram_has_one_arrow_per_row() -> None:
+    lines = mermaid().splitlines()
+    assert lines[0] == "stateDiagram-v2"
+    arrows = [line.strip() for line in lines if "-->" in line]
+    assert len(arrows) == len(TABLE)
+    assert "[*] --> working : created / task.created" in arrows
+    assert "working --> input_required : input_requested / task.input_requested" in arrows
+    assert "working --> working : run_started" in arrows
+    assert "cancelled --> cancelled : delivered / task.result_retrieved" in arrows
+
+
+def test_the_command_prints_the_diagram() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "ext_tasks.protocol.states", "--mermaid"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ARCHITECTURE.parents[1],
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, mermaid(), "")
+
+
+def test_the_diagram_in_the_docs_is_the_generated_one() -> None:
+    found = STATES_SECTION.search(ARCHITECTURE.read_text(encoding="utf-8"))
+    assert found is not None, f"{ARCHITECTURE} has no <!-- states:begin --> ... <!-- states:end --> section"
+    assert found.group(1) == f"```mermaid\n{mermaid()}```\n", (
+        f"The task-state diagram in docs/architecture.md differs from ext_tasks/protocol/states.py's table. "
+        f"Regenerate it with `.venv/bin/{MERMAID_COMMAND}` and put the output in the ```mermaid block "
+        "between <!-- states:begin --> and <!-- states:end -->."
+    )
