@@ -82,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             overrides["workers"] = args.workers
             overrides["server"] = args.server
             if args.no_task_workers:
-                overrides["run_workers"] = False
+                overrides["no_workers"] = True
         settings = settings_from_env().with_overrides(**overrides).validate()
         if args.command == "worker" and settings.valkey_url is None:
             raise ConfigError("`ext-tasks worker` serves a shared task store: set --valkey-url / EXT_TASKS_VALKEY_URL")
@@ -175,7 +175,7 @@ def _env_for_children(settings: Settings) -> dict[str, str]:
         "EXT_TASKS_WORKERS": str(settings.workers),
         "EXT_TASKS_LOG_LEVEL": settings.log_level,
         "EXT_TASKS_VALKEY_URL": settings.valkey_url or "",
-        "EXT_TASKS_NO_WORKERS": "false" if settings.run_workers else "true",
+        "EXT_TASKS_NO_WORKERS": "true" if settings.worker.no_workers else "false",
     }
 
 

@@ -23,16 +23,16 @@ from migration.upstream import EngineUpstream, HttpUpstream, ModernUpstream
 
 from .auth import AnonymousAuthenticator, Authenticator, BearerTokenAuthenticator
 from .config import ConfigError, Settings
-from .engine import Engine, EngineOptions
+from .engine import Engine
 from .protocol.errors import Busy
 from .protocol.resume import ResumeCodec
 from .replies import RequestHandler
 from .store.base import TaskStore, TaskStoreUnavailable
 from .store.memory import MemoryTaskStore
-from .task_methods import TaskMethods, TaskOptions
+from .task_methods import TaskMethods
 from .tools import ToolRegistry
 from .waits import WaitLimit
-from .worker import Worker, WorkerOptions
+from .worker import Worker
 
 if TYPE_CHECKING:
     from .http import App
@@ -87,37 +87,21 @@ def build_engine(
     registry: ToolRegistry, settings: Settings, store: TaskStore, waits: WaitLimit | None = None
 ) -> Engine:
     codec = build_codec(settings, settings.audience or registry.name)
-    options = EngineOptions(
-        cache_ttl_ms=settings.cache_ttl_ms,
+    claim_once = store.claim if settings.state_single_use else None
+    return Engine(
+        registry,
+        codec,
+        settings.engine,
+        tasks=TaskMethods(store, settings.tasks),
+        waits=waits,
+        claim_once=claim_once,
         # Results that depend on who asks must not be shared by caches between callers.
         cache_scope="private" if settings.tokens else "public",
-        keepalive_s=settings.keepalive_s,
-        strict_headers=settings.strict_headers,
     )
-    task_options = TaskOptions(
-        default_ttl_ms=settings.task_ttl_ms,
-        max_ttl_ms=settings.task_max_ttl_ms,
-        poll_interval_ms=settings.poll_interval_ms,
-        poll_max_ms=settings.poll_max_ms,
-        sensitive_grace_ms=settings.sensitive_grace_ms,
-        idempotency_window_ms=settings.idempotency_window_s * 1000,
-        max_active_per_principal=settings.max_active_tasks,
-        max_stored_per_principal=settings.max_stored_tasks,
-        poll_rate_limit=settings.poll_rate_limit,
-    )
-    waits = waits or WaitLimit(settings.max_waits)
-    claim_once = store.claim if settings.state_single_use else None
-    return Engine(registry, codec, options, tasks=TaskMethods(store, task_options), waits=waits, claim_once=claim_once)
 
 
 def build_worker(registry: ToolRegistry, settings: Settings, store: TaskStore) -> Worker:
-    options = WorkerOptions(
-        concurrency=settings.run_concurrency,
-        lease_s=settings.lease_s,
-        max_attempts=settings.max_attempts,
-        max_result_bytes=settings.max_result_bytes,
-    )
-    return Worker(store, registry, options)
+    return Worker(store, registry, settings.worker)
 
 
 def build_sessions(settings: Settings) -> SessionStore:
@@ -144,10 +128,10 @@ def build_shim(
     options = ShimOptions(
         server_info=server_info,
         instructions=instructions,
-        keepalive_s=settings.keepalive_s,
-        max_sessions=settings.max_sessions,
+        keepalive_s=settings.engine.keepalive_s,
+        max_sessions=settings.legacy.max_sessions,
     )
-    return LegacyShim(upstream, sessions, codec, options, waits=waits or WaitLimit(settings.max_waits))
+    return LegacyShim(upstream, sessions, codec, options, waits=waits or WaitLimit(settings.engine.max_waits))
 
 
 class Runtime:
@@ -157,11 +141,11 @@ class Runtime:
         self.settings = settings
         self.store = build_store(settings)
         self.engine = build_engine(registry, settings, self.store) if serve_requests else None
-        self.worker = build_worker(registry, settings, self.store) if settings.run_workers else None
+        self.worker = build_worker(registry, settings, self.store) if not settings.worker.no_workers else None
         self.shim: LegacyShim | None = None
         self._sessions: SessionStore | None = None
         self._opening: asyncio.Task[None] | None = None
-        if self.engine is not None and settings.legacy:
+        if self.engine is not None and not settings.legacy.no_legacy:
             engine = self.engine
             self._sessions = build_sessions(settings)
             info = {"name": engine.registry.name, "version": engine.registry.version}
@@ -218,7 +202,7 @@ class Runtime:
         if self.engine is not None:
             self.engine.close()
         if self.worker is not None:
-            await self.worker.stop(self.settings.shutdown_grace_s)
+            await self.worker.stop(self.settings.worker.shutdown_grace_s)
         if self._sessions is not None:
             await self._sessions.close()
         await self.store.close()

@@ -1,69 +1,237 @@
-"""Settings, read once at start from ``EXT_TASKS_*`` variables and CLI flags, and validated then.
+"""Settings, read once at start from ``EXT_TASKS_*`` variables and CLI flags, and validated then
+(pydantic-settings).
 
-Secrets (requestState keys, bearer tokens) are kept out of ``repr`` so they never reach a log line.
+One name per setting, from the variable down to the code: ``EXT_TASKS_<NAME>`` is the field ``<name>``,
+of the settings themselves or of one of their sections, which are the option classes the parts take
+(:class:`EngineOptions`, :class:`TaskOptions`, :class:`WorkerOptions`, :class:`LegacyOptions`). Each
+default is written once, on its field. An empty variable means the default.
+
+Secrets (requestState keys, bearer tokens, a Valkey URL that may carry a password) are kept out of
+``repr`` and out of every error message, so they never reach a log line.
 """
 
 from __future__ import annotations
 
+import contextvars
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Final
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from .auth import parse_token_map
 from .protocol.resume import parse_key
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
+PREFIX: Final = "EXT_TASKS_"
 
 
 class ConfigError(ValueError):
     """A setting is invalid or a combination of settings is unsafe; the server refuses to start."""
 
 
-@dataclass(frozen=True)
-class Settings:
+class _Section(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    #: Fields set by code (tests, tuning), not read from the environment.
+    internal: ClassVar[frozenset[str]] = frozenset()
+
+
+class EngineOptions(_Section):
+    cache_ttl_ms: int = 60_000
+    keepalive_s: float = 15.0
+    #: Refuse a ``tasks/*`` request without ``Mcp-Name`` (by default it is served and counted).
+    strict_headers: bool = False
+    #: Open waits (listen, legacy GET streams, tasks/result) per principal and process (0: no cap).
+    max_waits: int = 256
+
+
+class TaskOptions(_Section):
+    """The server's task policy; published to clients in ``server/discover`` (:meth:`published`)."""
+
+    task_ttl_ms: int = 3_600_000
+    task_max_ttl_ms: int = 86_400_000
+    poll_interval_ms: int = 250
+    poll_interval_max_ms: int = 5_000
+    sensitive_grace_ms: int = 30_000
+    idempotency_window_s: int = 86_400
+    #: Unfinished tasks one principal may have at once (0: no cap).
+    max_active_tasks: int = 1_000
+    #: Tasks one principal may have kept at once, in any status, until they expire (0: no cap).
+    max_stored_tasks: int = 10_000
+    #: Refuse (429) a ``tasks/get`` sooner than half the advertised ``pollIntervalMs`` after the last one.
+    poll_rate_limit: bool = False
+
+    @property
+    def idempotency_window_ms(self) -> int:
+        return self.idempotency_window_s * 1000
+
+    def published(self) -> dict[str, int]:
+        return {
+            "defaultTtlMs": self.task_ttl_ms,
+            "maxTtlMs": self.task_max_ttl_ms,
+            "pollIntervalMs": self.poll_interval_ms,
+            "maxPollIntervalMs": self.poll_interval_max_ms,
+            "sensitiveGraceMs": self.sensitive_grace_ms,
+            "idempotencyWindowMs": self.idempotency_window_ms,
+        }
+
+
+class WorkerOptions(_Section):
+    internal: ClassVar[frozenset[str]] = frozenset({"block_ms", "restart_pause_s"})
+
+    #: Serve requests only; run tasks in ``ext-tasks worker`` processes.
+    no_workers: bool = False
+    run_concurrency: int = 16
+    lease_s: float = 10.0
+    max_attempts: int = 3
+    shutdown_grace_s: float = 10.0
+    #: The largest tool result a task may keep (encoded JSON); a larger one ends the task ``failed``.
+    max_result_bytes: int = 1024 * 1024
+    #: How long one wait for new runs may block.
+    block_ms: int = 1000
+    #: Pause before a loop that died is started again.
+    restart_pause_s: float = 1.0
+
+
+class LegacyOptions(_Section):
+    #: Do not serve 2025-11-25 clients (no migration shim).
+    no_legacy: bool = False
+    #: Live sessions one principal may hold (0: no cap).
+    max_sessions: int = 100
+
+
+_SECTIONS: Final[Mapping[str, type[_Section]]] = {
+    "engine": EngineOptions,
+    "tasks": TaskOptions,
+    "worker": WorkerOptions,
+    "legacy": LegacyOptions,
+}
+#: Where a settings field lives (a section, or the settings themselves) and the variable it reads.
+_ENVIRONMENT: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextVar("environment", default=None)
+
+
+class _FlatEnvironment(PydanticBaseSettingsSource):
+    """``EXT_TASKS_<NAME>`` for every field, sections included (their fields have flat names too)."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # unused: __call__ reads every field at once
+
+    def __call__(self) -> dict[str, Any]:
+        env = _ENVIRONMENT.get()
+        if env is None:
+            return {}  # ``Settings(...)`` in code: the defaults and what is passed, nothing else
+        found: dict[str, Any] = {}
+        for name in self.settings_cls.model_fields:
+            section = _SECTIONS.get(name)
+            if section is None:
+                if (value := env.get(PREFIX + name.upper())) not in (None, ""):
+                    found[name] = value
+                continue
+            values = {
+                field: value
+                for field in section.model_fields
+                if field not in section.internal and (value := env.get(PREFIX + field.upper())) not in (None, "")
+            }
+            if values:
+                found[name] = values
+        return found
+
+
+def _split(text: object) -> object:
+    if not isinstance(text, str):
+        return text
+    return tuple(item.strip() for item in text.replace("\n", ",").split(",") if item.strip())
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(frozen=True, extra="forbid", validate_default=False)
+
     host: str = "127.0.0.1"
     port: int = 3001
     tools: str = "ext_tasks.examples.demo"
     workers: int = 1
-    state_keys: tuple[bytes, ...] = field(default=(), repr=False)
+    server: str = "hypercorn"
+    log_level: str = "info"
+    log_format: str = "json"
+    state_keys: tuple[bytes, ...] = Field(default=(), repr=False)
+    state_keys_file: Path | None = Field(default=None, repr=False)
     state_ttl_s: int = 600
     state_encrypt: bool = False
+    state_single_use: bool = False
     audience: str | None = None
     max_body_bytes: int = 4 * 1024 * 1024
     body_timeout_s: float = 30.0
     allowed_hosts: tuple[str, ...] = ()
     allowed_origins: tuple[str, ...] = ()
-    cache_ttl_ms: int = 60_000
-    keepalive_s: float = 15.0
-    tokens: Mapping[str, str] = field(default_factory=dict, repr=False)
-    log_level: str = "info"
-    log_format: str = "json"
-    server: str = "hypercorn"
-    valkey_url: str | None = field(default=None, repr=False)  # may carry a password
+    tokens: Mapping[str, str] = Field(default_factory=dict, repr=False)
+    tokens_file: Path | None = Field(default=None, repr=False)
+    valkey_url: str | None = Field(default=None, repr=False)  # may carry a password
     valkey_prefix: str = "ext-tasks"
-    run_workers: bool = True
-    run_concurrency: int = 16
-    lease_s: float = 10.0
-    max_attempts: int = 3
-    shutdown_grace_s: float = 10.0
-    task_ttl_ms: int = 3_600_000
-    task_max_ttl_ms: int = 86_400_000
-    poll_interval_ms: int = 250
-    poll_max_ms: int = 5_000
-    sensitive_grace_ms: int = 30_000
-    idempotency_window_s: int = 86_400
-    legacy: bool = True
-    max_active_tasks: int = 1_000
-    state_single_use: bool = False
-    poll_rate_limit: bool = False
-    strict_headers: bool = False
-    max_stored_tasks: int = 10_000
-    max_sessions: int = 100
-    max_waits: int = 256
-    max_result_bytes: int = 1024 * 1024
     valkey_max_connections: int = 64
+    engine: EngineOptions = EngineOptions()
+    tasks: TaskOptions = TaskOptions()
+    worker: WorkerOptions = WorkerOptions()
+    legacy: LegacyOptions = LegacyOptions()
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, _FlatEnvironment(settings_cls))
+
+    @field_validator("allowed_hosts", "allowed_origins", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: object) -> object:
+        return _split(value)
+
+    @field_validator("state_keys", mode="before")
+    @classmethod
+    def _keys(cls, value: object) -> object:
+        texts = _split(value)
+        if not isinstance(texts, tuple) or not all(isinstance(text, str) for text in texts):
+            return texts
+        return _parsed_keys(texts, "EXT_TASKS_STATE_KEYS")
+
+    @field_validator("tokens", mode="before")
+    @classmethod
+    def _token_map(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        try:
+            return parse_token_map(value)
+        except ValueError as exc:
+            raise ConfigError(f"EXT_TASKS_TOKENS: {exc}") from None
+
+    @model_validator(mode="after")
+    def _files(self) -> Settings:
+        """Keys and tokens may also come from files (kept out of the environment); they add to the
+        variables' own, after them."""
+        updates: dict[str, Any] = {}
+        if self.state_keys_file is not None:
+            lines = _read(self.state_keys_file, "EXT_TASKS_STATE_KEYS_FILE").splitlines()
+            texts = [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+            updates["state_keys"] = (*self.state_keys, *_parsed_keys(texts, "EXT_TASKS_STATE_KEYS_FILE"))
+            updates["state_keys_file"] = None
+        if self.tokens_file is not None:
+            try:
+                extra = parse_token_map(_read(self.tokens_file, "EXT_TASKS_TOKENS_FILE"))
+            except ValueError as exc:
+                raise ConfigError(f"EXT_TASKS_TOKENS: {exc}") from None
+            updates["tokens"] = {**self.tokens, **extra}
+            updates["tokens_file"] = None
+        for name, value in updates.items():
+            object.__setattr__(self, name, value)
+        return self
+
+    # --- what the settings imply ------------------------------------------------------------------
 
     @property
     def bound_to_loopback(self) -> bool:
@@ -75,7 +243,26 @@ class Settings:
         hypercorn workers, or a shared Valkey (which exists to let several instances serve one fleet)."""
         return self.workers > 1 or self.valkey_url is not None
 
-    def validate(self) -> Settings:
+    def with_overrides(self, **overrides: Any) -> Settings:
+        """These settings with the CLI's flags applied (a ``None`` flag keeps the current value); a name
+        may be a field of a section."""
+        top: dict[str, Any] = {}
+        sections: dict[str, dict[str, Any]] = {}
+        for name, value in overrides.items():
+            if value is None:
+                continue
+            section = next((key for key, model in _SECTIONS.items() if name in model.model_fields), None)
+            if section is None:
+                top[name] = value
+            else:
+                sections.setdefault(section, {})[name] = value
+        for section, values in sections.items():
+            top[section] = getattr(self, section).model_copy(update=values)
+        return self.model_copy(update=top)
+
+    # --- checks of combinations and ranges ------------------------------------------------------------
+
+    def validate(self) -> Settings:  # type: ignore[override]
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port must be between 0 and 65535, not {self.port}")
         if self.workers < 1:
@@ -90,155 +277,100 @@ class Settings:
                 "--workers > 1 needs a shared task store: set --valkey-url / EXT_TASKS_VALKEY_URL "
                 "(with the in-memory store each process would see only its own tasks)"
             )
-        return self._validate_limits()
+        for check in (self._choices, self._caps, self._limits, self._task_policy):
+            check()
+        return self
 
-    def _validate_choices(self) -> Settings:
+    def _choices(self) -> None:
         if self.server not in ("hypercorn", "granian"):
             raise ConfigError("EXT_TASKS_SERVER must be hypercorn or granian")
         if self.log_format not in ("json", "text"):
             raise ConfigError("EXT_TASKS_LOG_FORMAT must be json or text")
-        return self
 
-    def _validate_caps(self) -> Settings:
-        for name in ("max_active_tasks", "max_stored_tasks", "max_sessions", "max_waits"):
-            if getattr(self, name) < 0:
+    def _caps(self) -> None:
+        caps = {
+            "max_active_tasks": self.tasks.max_active_tasks,
+            "max_stored_tasks": self.tasks.max_stored_tasks,
+            "max_sessions": self.legacy.max_sessions,
+            "max_waits": self.engine.max_waits,
+        }
+        for name, value in caps.items():
+            if value < 0:
                 raise ConfigError(f"EXT_TASKS_{name.upper()} must not be negative (0: no cap)")
-        if self.max_result_bytes < 1024 or self.valkey_max_connections < 4:
+        if self.worker.max_result_bytes < 1024 or self.valkey_max_connections < 4:
             raise ConfigError(
                 "EXT_TASKS_MAX_RESULT_BYTES must be at least 1024 and EXT_TASKS_VALKEY_MAX_CONNECTIONS at least 4"
             )
-        if self.body_timeout_s <= 0:
-            raise ConfigError("EXT_TASKS_BODY_TIMEOUT_S must be positive")
-        return self
 
-    def _validate_limits(self) -> Settings:
-        self._validate_choices()
-        self._validate_caps()
+    def _limits(self) -> None:
         if self.state_ttl_s <= 0:
             raise ConfigError("EXT_TASKS_STATE_TTL_S must be positive")
         if self.max_body_bytes < 1024:
             raise ConfigError("EXT_TASKS_MAX_BODY_BYTES must be at least 1024")
-        if self.cache_ttl_ms < 0:
+        if self.body_timeout_s <= 0:
+            raise ConfigError("EXT_TASKS_BODY_TIMEOUT_S must be positive")
+        if self.engine.cache_ttl_ms < 0:
             raise ConfigError("EXT_TASKS_CACHE_TTL_MS must not be negative")
-        if self.keepalive_s <= 0:
+        if self.engine.keepalive_s <= 0:
             raise ConfigError("EXT_TASKS_KEEPALIVE_S must be positive")
-        if self.run_concurrency < 1 or self.max_attempts < 1:
+        worker = self.worker
+        if worker.run_concurrency < 1 or worker.max_attempts < 1:
             raise ConfigError("EXT_TASKS_RUN_CONCURRENCY and EXT_TASKS_MAX_ATTEMPTS must be at least 1")
-        if self.lease_s < 1 or self.shutdown_grace_s < 0:
+        if worker.lease_s < 1 or worker.shutdown_grace_s < 0:
             raise ConfigError("EXT_TASKS_LEASE_S must be at least 1 and EXT_TASKS_SHUTDOWN_GRACE_S not negative")
-        if not 0 < self.task_ttl_ms <= self.task_max_ttl_ms:
+
+    def _task_policy(self) -> None:
+        tasks = self.tasks
+        if not 0 < tasks.task_ttl_ms <= tasks.task_max_ttl_ms:
             raise ConfigError("EXT_TASKS_TASK_TTL_MS must be positive and at most EXT_TASKS_TASK_MAX_TTL_MS")
-        if not 0 < self.poll_interval_ms <= self.poll_max_ms:
+        if not 0 < tasks.poll_interval_ms <= tasks.poll_interval_max_ms:
             raise ConfigError("EXT_TASKS_POLL_INTERVAL_MS must be positive and at most EXT_TASKS_POLL_INTERVAL_MAX_MS")
-        if self.sensitive_grace_ms < 0 or self.idempotency_window_s <= 0:
+        if tasks.sensitive_grace_ms < 0 or tasks.idempotency_window_s <= 0:
             raise ConfigError(
                 "EXT_TASKS_SENSITIVE_GRACE_MS must not be negative and EXT_TASKS_IDEMPOTENCY_WINDOW_S must be positive"
             )
-        return self
-
-    def with_overrides(self, **overrides: Any) -> Settings:
-        return replace(self, **{name: value for name, value in overrides.items() if value is not None})
 
 
-def _split(text: str) -> tuple[str, ...]:
-    return tuple(item.strip() for item in text.replace("\n", ",").split(",") if item.strip())
-
-
-def _keys(env: Mapping[str, str]) -> tuple[bytes, ...]:
-    texts: list[str] = list(_split(env.get("EXT_TASKS_STATE_KEYS", "")))
-    key_file = env.get("EXT_TASKS_STATE_KEYS_FILE")
-    if key_file:
-        try:
-            lines = Path(key_file).read_text().splitlines()
-        except OSError as exc:
-            raise ConfigError(f"cannot read EXT_TASKS_STATE_KEYS_FILE: {exc.strerror}") from None
-        texts.extend(line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#"))
+def _parsed_keys(texts: tuple[str, ...] | list[str], variable: str) -> tuple[bytes, ...]:
     keys = []
     for index, text in enumerate(texts):
         try:
             keys.append(parse_key(text))
         except ValueError as exc:
             # Say which key is wrong, never what it is.
-            raise ConfigError(f"requestState key #{index + 1}: {exc}") from None
+            raise ConfigError(f"requestState key #{index + 1} of {variable}: {exc}") from None
     return tuple(keys)
 
 
-def _tokens(env: Mapping[str, str]) -> dict[str, str]:
-    text = env.get("EXT_TASKS_TOKENS", "")
-    token_file = env.get("EXT_TASKS_TOKENS_FILE")
-    if token_file:
-        try:
-            text += "\n" + Path(token_file).read_text()
-        except OSError as exc:
-            raise ConfigError(f"cannot read EXT_TASKS_TOKENS_FILE: {exc.strerror}") from None
+def _read(path: Path, variable: str) -> str:
     try:
-        return parse_token_map(text)
-    except ValueError as exc:
-        raise ConfigError(f"EXT_TASKS_TOKENS: {exc}") from None
-
-
-def _number(env: Mapping[str, str], name: str, default: float, kind: type[int] | type[float] = int) -> Any:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        return kind(raw)
-    except ValueError:
-        raise ConfigError(f"{name} must be a number, not {raw!r}") from None
-
-
-def _flag(env: Mapping[str, str], name: str) -> bool:
-    raw = env.get(name, "").strip().lower()
-    if raw in ("", "0", "false", "no", "off"):
-        return False
-    if raw in ("1", "true", "yes", "on"):
-        return True
-    raise ConfigError(f"{name} must be true or false, not {raw!r}")
+        return path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {variable}: {exc.strerror}") from None
 
 
 def settings_from_env(env: Mapping[str, str] | None = None) -> Settings:
-    env = os.environ if env is None else env
-    defaults = Settings()
-    return Settings(
-        host=env.get("EXT_TASKS_HOST", defaults.host),
-        port=_number(env, "EXT_TASKS_PORT", defaults.port),
-        tools=env.get("EXT_TASKS_TOOLS", defaults.tools),
-        workers=_number(env, "EXT_TASKS_WORKERS", defaults.workers),
-        state_keys=_keys(env),
-        state_ttl_s=_number(env, "EXT_TASKS_STATE_TTL_S", defaults.state_ttl_s),
-        state_encrypt=_flag(env, "EXT_TASKS_STATE_ENCRYPT"),
-        audience=env.get("EXT_TASKS_AUDIENCE") or None,
-        max_body_bytes=_number(env, "EXT_TASKS_MAX_BODY_BYTES", defaults.max_body_bytes),
-        body_timeout_s=_number(env, "EXT_TASKS_BODY_TIMEOUT_S", defaults.body_timeout_s, float),
-        allowed_hosts=_split(env.get("EXT_TASKS_ALLOWED_HOSTS", "")),
-        allowed_origins=_split(env.get("EXT_TASKS_ALLOWED_ORIGINS", "")),
-        cache_ttl_ms=_number(env, "EXT_TASKS_CACHE_TTL_MS", defaults.cache_ttl_ms),
-        keepalive_s=_number(env, "EXT_TASKS_KEEPALIVE_S", defaults.keepalive_s, float),
-        tokens=_tokens(env),
-        log_level=env.get("EXT_TASKS_LOG_LEVEL", defaults.log_level),
-        log_format=env.get("EXT_TASKS_LOG_FORMAT", defaults.log_format),
-        server=env.get("EXT_TASKS_SERVER", defaults.server),
-        valkey_url=env.get("EXT_TASKS_VALKEY_URL") or None,
-        valkey_prefix=env.get("EXT_TASKS_VALKEY_PREFIX", defaults.valkey_prefix),
-        run_workers=not _flag(env, "EXT_TASKS_NO_WORKERS"),
-        run_concurrency=_number(env, "EXT_TASKS_RUN_CONCURRENCY", defaults.run_concurrency),
-        lease_s=_number(env, "EXT_TASKS_LEASE_S", defaults.lease_s, float),
-        max_attempts=_number(env, "EXT_TASKS_MAX_ATTEMPTS", defaults.max_attempts),
-        shutdown_grace_s=_number(env, "EXT_TASKS_SHUTDOWN_GRACE_S", defaults.shutdown_grace_s, float),
-        task_ttl_ms=_number(env, "EXT_TASKS_TASK_TTL_MS", defaults.task_ttl_ms),
-        task_max_ttl_ms=_number(env, "EXT_TASKS_TASK_MAX_TTL_MS", defaults.task_max_ttl_ms),
-        poll_interval_ms=_number(env, "EXT_TASKS_POLL_INTERVAL_MS", defaults.poll_interval_ms),
-        poll_max_ms=_number(env, "EXT_TASKS_POLL_INTERVAL_MAX_MS", defaults.poll_max_ms),
-        sensitive_grace_ms=_number(env, "EXT_TASKS_SENSITIVE_GRACE_MS", defaults.sensitive_grace_ms),
-        idempotency_window_s=_number(env, "EXT_TASKS_IDEMPOTENCY_WINDOW_S", defaults.idempotency_window_s),
-        legacy=not _flag(env, "EXT_TASKS_NO_LEGACY"),
-        max_active_tasks=_number(env, "EXT_TASKS_MAX_ACTIVE_TASKS", defaults.max_active_tasks),
-        state_single_use=_flag(env, "EXT_TASKS_STATE_SINGLE_USE"),
-        poll_rate_limit=_flag(env, "EXT_TASKS_POLL_RATE_LIMIT"),
-        strict_headers=_flag(env, "EXT_TASKS_STRICT_HEADERS"),
-        max_stored_tasks=_number(env, "EXT_TASKS_MAX_STORED_TASKS", defaults.max_stored_tasks),
-        max_sessions=_number(env, "EXT_TASKS_MAX_SESSIONS", defaults.max_sessions),
-        max_waits=_number(env, "EXT_TASKS_MAX_WAITS", defaults.max_waits),
-        max_result_bytes=_number(env, "EXT_TASKS_MAX_RESULT_BYTES", defaults.max_result_bytes),
-        valkey_max_connections=_number(env, "EXT_TASKS_VALKEY_MAX_CONNECTIONS", defaults.valkey_max_connections),
-    )
+    """The settings from ``env`` (the process environment by default); a variable that does not parse is
+    a :class:`ConfigError` naming it (and never showing a secret's value)."""
+    token = _ENVIRONMENT.set(os.environ if env is None else env)
+    try:
+        return Settings()
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc)) from None
+    finally:
+        _ENVIRONMENT.reset(token)
+
+
+def _describe(exc: ValidationError) -> str:
+    error = exc.errors()[0]
+    location = [str(part) for part in error["loc"] if isinstance(part, str)]
+    name = location[1] if len(location) > 1 and location[0] in _SECTIONS else location[0] if location else "?"
+    cause = error.get("ctx", {}).get("error")
+    if isinstance(cause, ConfigError):
+        return str(cause)
+    kind = str(error.get("type", ""))
+    if kind.startswith(("int", "float")):
+        return f"{PREFIX}{name.upper()} must be a number"
+    if kind.startswith("bool"):
+        return f"{PREFIX}{name.upper()} must be true or false"
+    return f"{PREFIX}{name.upper()}: {error['msg']}"

@@ -17,10 +17,10 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any, Final
 
 from .auth import Caller, Principal
+from .config import EngineOptions
 from .context import Emit
 from .listen import Subscriptions
 from .methods import CacheOptions, CoreMethods
@@ -55,15 +55,6 @@ Handler = Callable[[Call[Any], Principal, Emit], Awaitable[Result]]
 STREAMABLE: Final = frozenset({"tools/call", "prompts/get", "resources/read"})
 
 
-@dataclass(frozen=True, slots=True)
-class EngineOptions:
-    cache_ttl_ms: int = 60_000
-    cache_scope: str = "public"
-    keepalive_s: float = 15.0
-    #: Refuse a ``tasks/*`` request without ``Mcp-Name`` (by default it is served and counted).
-    strict_headers: bool = False
-
-
 class Engine:
     def __init__(
         self,
@@ -74,13 +65,14 @@ class Engine:
         tasks: TaskMethods | None = None,
         waits: WaitLimit | None = None,
         claim_once: ClaimOnce | None = None,
+        cache_scope: str = "public",
     ) -> None:
         self.options = options or EngineOptions()
         self.registry = registry
         self.tasks = tasks
-        self.waits = waits or WaitLimit()
+        self.waits = waits or WaitLimit(self.options.max_waits)
         self.hub = ChangeHub(tasks.store.task_events, tasks.event_of) if tasks is not None else ChangeHub()
-        cache = CacheOptions(self.options.cache_ttl_ms, self.options.cache_scope)
+        cache = CacheOptions(self.options.cache_ttl_ms, cache_scope)
         self.core = CoreMethods(registry, codec, cache, tasks, claim_once=claim_once)
         self.subscriptions = Subscriptions(self.hub, self.waits, tasks, self.options.keepalive_s, self._result)
         self._handlers = self._table()

@@ -19,10 +19,10 @@ import random
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Final
 
 from .auth import Principal
+from .config import TaskOptions
 from .context import Emit
 from .lifecycle import task_event
 from .protocol.envelope import Envelope
@@ -61,34 +61,6 @@ _ACK: Final[Result] = {"resultType": "complete"}
 COMMIT_BUDGET_S: Final = 5.0
 
 
-@dataclass(frozen=True, slots=True)
-class TaskOptions:
-    """The server's task policy; published to clients in ``server/discover`` (:meth:`published`)."""
-
-    default_ttl_ms: int = 3_600_000
-    max_ttl_ms: int = 86_400_000
-    poll_interval_ms: int = 250
-    poll_max_ms: int = 5_000
-    sensitive_grace_ms: int = 30_000
-    idempotency_window_ms: int = 86_400_000
-    #: Unfinished tasks one principal may have at once (0: no cap).
-    max_active_per_principal: int = 1_000
-    #: Tasks one principal may have kept at once, in any status, until they expire (0: no cap).
-    max_stored_per_principal: int = 10_000
-    #: Refuse (429) a ``tasks/get`` sooner than half the advertised ``pollIntervalMs`` after the last one.
-    poll_rate_limit: bool = False
-
-    def published(self) -> dict[str, int]:
-        return {
-            "defaultTtlMs": self.default_ttl_ms,
-            "maxTtlMs": self.max_ttl_ms,
-            "pollIntervalMs": self.poll_interval_ms,
-            "maxPollIntervalMs": self.poll_max_ms,
-            "sensitiveGraceMs": self.sensitive_grace_ms,
-            "idempotencyWindowMs": self.idempotency_window_ms,
-        }
-
-
 #: Where ``server/discover`` publishes the task policy (this project's own ``_meta`` namespace).
 META_TASK_POLICY: Final = "dev.ext-tasks/taskPolicy"
 
@@ -121,8 +93,8 @@ class TaskMethods:
     def ttl_for(self, tool: Tool, hint_ms: int | None = None) -> int:
         """The lifetime the server grants: the client's hint (2025-11-25 ``params.task.ttl``) if any,
         else the tool's own, else the default; never more than the maximum."""
-        wanted = hint_ms if hint_ms is not None and hint_ms > 0 else tool.ttl_ms or self.options.default_ttl_ms
-        return min(int(wanted), self.options.max_ttl_ms)
+        wanted = hint_ms if hint_ms is not None and hint_ms > 0 else tool.ttl_ms or self.options.task_ttl_ms
+        return min(int(wanted), self.options.task_max_ttl_ms)
 
     async def create(
         self,
@@ -153,7 +125,7 @@ class TaskMethods:
             updated_at_ms=now,
             ttl_ms=ttl_ms,
             poll_interval_ms=self.options.poll_interval_ms,
-            poll_max_ms=tool.poll_max_ms or self.options.poll_max_ms,
+            poll_max_ms=tool.poll_max_ms or self.options.poll_interval_max_ms,
             sensitive=tool.sensitive,
             client_capabilities=dict(envelope.client_capabilities),
             answers=dict(answers or {}),
@@ -167,7 +139,7 @@ class TaskMethods:
                 # The key never outlives the task it names.
                 window_ms=min(self.options.idempotency_window_ms, ttl_ms),
             )
-        cap, stored_cap = self.options.max_active_per_principal, self.options.max_stored_per_principal
+        cap, stored_cap = self.options.max_active_tasks, self.options.max_stored_tasks
         limit = ActiveLimit(cap, now, stored_cap) if cap > 0 or stored_cap > 0 else None
         try:
             existing = await self.store.create(record, claim, limit)
@@ -176,7 +148,7 @@ class TaskMethods:
                 f"Too many unfinished tasks for this caller (the limit is {cap}); wait for some to finish",
                 limit="max_active_tasks",
                 # Tasks take a while to finish: suggest the slowest poll cadence as the wait.
-                retry_after_s=math.ceil(self.options.poll_max_ms / 1000),
+                retry_after_s=math.ceil(self.options.poll_interval_max_ms / 1000),
             ) from None
         except TooManyStoredTasks:
             raise LimitExceeded(

@@ -24,12 +24,12 @@ import os
 import socket
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Final
 
 import msgspec
 
 from .auth import Principal
+from .config import WorkerOptions
 from .context import Context, InputRequired, missing_capabilities
 from .invoke import invoke_tool
 from .lifecycle import task_event
@@ -55,18 +55,6 @@ logger = logging.getLogger("ext_tasks.worker")
 _encoder: Final = msgspec.json.Encoder()
 #: What a run ended with: the table's event, and the record after it.
 _Outcome = tuple[TaskEvent, TaskRecord]
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerOptions:
-    concurrency: int = 16
-    lease_s: float = 10.0
-    max_attempts: int = 3
-    block_ms: int = 1000
-    #: The largest tool result a task may keep (encoded JSON); a larger one ends the task ``failed``.
-    max_result_bytes: int = 1024 * 1024
-    #: Pause before a loop that died is started again.
-    restart_pause_s: float = 1.0
 
 
 def _now_ms() -> int:
@@ -146,7 +134,7 @@ class Worker:
         lease_ms = int(self.options.lease_s * 1000)
         next_reclaim = 0.0
         while not self._stopping.is_set():
-            free = self.options.concurrency - len(self._running)
+            free = self.options.run_concurrency - len(self._running)
             if free <= 0:
                 await asyncio.wait([task for _, task in self._running.values()], return_when=asyncio.FIRST_COMPLETED)
                 continue

@@ -15,6 +15,7 @@ import pytest
 
 from ext_tasks import Context, Principal, ToolRegistry, elicit
 from ext_tasks.auth import Caller
+from ext_tasks.config import TaskOptions, WorkerOptions
 from ext_tasks.engine import Engine
 from ext_tasks.protocol.jsonrpc import encode
 from ext_tasks.protocol.resume import ResumeCodec
@@ -25,8 +26,8 @@ from ext_tasks.replies import JsonReply, StreamReply
 from ext_tasks.store.base import IdempotencyClaim
 from ext_tasks.store.ceilings import within_ceiling
 from ext_tasks.store.memory import TOMBSTONE_MS, MemoryTaskStore
-from ext_tasks.task_methods import TaskMethods, TaskOptions
-from ext_tasks.worker import Worker, WorkerOptions
+from ext_tasks.task_methods import TaskMethods
+from ext_tasks.worker import Worker
 from migration.sessions import LegacySession, MemorySessionStore
 from migration.shim import LegacyShim, ShimOptions
 from migration.upstream import EngineUpstream
@@ -277,7 +278,7 @@ async def test_a_result_larger_than_the_limit_ends_the_task_failed_with_a_clear_
 async def test_stored_tasks_per_principal_are_capped_in_any_status() -> None:
     clock = Clock()
     store = MemoryTaskStore(clock_ms=clock.ms)
-    engine = engine_over(store, clock, max_stored_per_principal=2, max_active_per_principal=0)
+    engine = engine_over(store, clock, max_stored_tasks=2, max_active_tasks=0)
     worker = Worker(store, engine.registry, clock_ms=clock.ms)
     for _ in range(2):
         created = await send(engine, "tools/call", {"name": "job", "arguments": {}})

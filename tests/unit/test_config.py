@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import base64
 import logging
+import re
 from pathlib import Path
 
 import pytest
 
 from ext_tasks.auth import AnonymousAuthenticator, BearerTokenAuthenticator
 from ext_tasks.compose import build_authenticator, build_codec
-from ext_tasks.config import ConfigError, Settings, settings_from_env
+from ext_tasks.config import PREFIX, ConfigError, Settings, settings_from_env
 from ext_tasks.protocol.errors import InvalidRequestState
 from ext_tasks.protocol.resume import Binding, generate_key, parse_key
 
@@ -59,7 +60,7 @@ def test_every_variable_is_read() -> None:
     assert settings.max_body_bytes == 2048
     assert settings.allowed_hosts == ("a.example", "b.example")
     assert settings.allowed_origins == ("https://a.example",)
-    assert (settings.cache_ttl_ms, settings.keepalive_s) == (5, 2.5)
+    assert (settings.engine.cache_ttl_ms, settings.engine.keepalive_s) == (5, 2.5)
     assert dict(settings.tokens) == {"tokA": "alice", "tokB": "bob"}
     assert settings.log_level == "debug"
     assert not settings.bound_to_loopback
@@ -249,3 +250,22 @@ def test_a_request_body_has_30_seconds_to_arrive_unless_configured() -> None:
     assert settings_from_env({"EXT_TASKS_BODY_TIMEOUT_S": "1.5"}).body_timeout_s == 1.5
     with pytest.raises(ConfigError, match="EXT_TASKS_BODY_TIMEOUT_S"):
         settings_from_env({"EXT_TASKS_BODY_TIMEOUT_S": "0"}).validate()
+
+
+def test_every_variable_of_the_readme_is_a_setting_of_the_same_name() -> None:
+    """One name per setting: each ``EXT_TASKS_X`` of the README's configuration table is the field ``x``
+    of the settings or of one of their sections, and setting it changes that field."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    table = readme[readme.index("| variable |") : readme.index("\n\n", readme.index("| variable |"))]
+    names = sorted(set(re.findall(r"`(EXT_TASKS_[A-Z0-9_]+)`", table)))
+    assert len(names) > 30
+    sections = [Settings(), *(getattr(Settings(), section) for section in ("engine", "tasks", "worker", "legacy"))]
+    for name in names:
+        field = name.removeprefix(PREFIX).lower()
+        owners = [owner for owner in sections if field in type(owner).model_fields]
+        assert owners, f"{name} is not a setting"
+    # ... and each is read under its name (a few representative kinds: number, flag, section field).
+    read = settings_from_env(
+        {"EXT_TASKS_TASK_TTL_MS": "1234", "EXT_TASKS_NO_WORKERS": "true", "EXT_TASKS_MAX_WAITS": "7"}
+    )
+    assert (read.tasks.task_ttl_ms, read.worker.no_workers, read.engine.max_waits) == (1234, True, 7)

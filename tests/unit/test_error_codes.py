@@ -23,7 +23,7 @@ import pytest
 
 from ext_tasks import Context, Principal, ToolRegistry, elicit
 from ext_tasks.auth import AnonymousAuthenticator
-from ext_tasks.config import Settings
+from ext_tasks.config import Settings, TaskOptions
 from ext_tasks.engine import Engine
 from ext_tasks.http import create_app
 from ext_tasks.protocol.errors import (
@@ -36,7 +36,7 @@ from ext_tasks.protocol.states import TaskEvent
 from ext_tasks.protocol.tasks import TaskRecord, transition
 from ext_tasks.replies import StreamReply
 from ext_tasks.store.memory import MemoryTaskStore
-from ext_tasks.task_methods import TaskMethods, TaskOptions
+from ext_tasks.task_methods import TaskMethods
 from ext_tasks.worker import Worker
 from tests.support.mcp_http import modern_request
 
@@ -141,7 +141,7 @@ async def waiting_task(clock: Clock, request: pytest.FixtureRequest) -> AsyncIte
 
 
 async def test_the_unfinished_task_cap_answers_429_with_retry_after(clock: Clock) -> None:
-    engine, http = app_over(MemoryTaskStore(clock_ms=clock), clock, max_active_per_principal=1, poll_max_ms=5_000)
+    engine, http = app_over(MemoryTaskStore(clock_ms=clock), clock, max_active_tasks=1, poll_interval_max_ms=5_000)
     async with http:
         await started(http, "job")
         refused = await post(http, "tools/call", {"name": "job", "arguments": {}})
@@ -155,7 +155,7 @@ async def test_the_unfinished_task_cap_answers_429_with_retry_after(clock: Clock
 
 
 async def test_polling_too_fast_answers_429_with_retry_after(clock: Clock) -> None:
-    options = {"poll_rate_limit": True, "poll_interval_ms": 4_000, "poll_max_ms": 4_000}
+    options = {"poll_rate_limit": True, "poll_interval_ms": 4_000, "poll_interval_max_ms": 4_000}
     engine, http = app_over(MemoryTaskStore(clock_ms=clock), clock, **options)
     async with http:
         task_id = await started(http, "job")

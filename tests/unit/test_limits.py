@@ -9,13 +9,14 @@ import pytest
 
 from ext_tasks import Context, ToolRegistry
 from ext_tasks.auth import Principal
+from ext_tasks.config import TaskOptions
 from ext_tasks.engine import Engine
 from ext_tasks.metrics import REGISTRY
 from ext_tasks.protocol.jsonrpc import encode
 from ext_tasks.protocol.resume import ResumeCodec
 from ext_tasks.replies import JsonReply
 from ext_tasks.store.memory import MemoryTaskStore
-from ext_tasks.task_methods import TaskMethods, TaskOptions
+from ext_tasks.task_methods import TaskMethods
 
 pytestmark = pytest.mark.anyio
 
@@ -61,7 +62,7 @@ async def call(engine: Engine, method: str, params: dict[str, Any], principal: P
 
 
 async def test_a_principal_past_its_active_task_cap_is_told_clearly_and_others_are_not() -> None:
-    engine, _ = build(Clock(), max_active_per_principal=2)
+    engine, _ = build(Clock(), max_active_tasks=2)
     for _ in range(2):
         assert "result" in (await call(engine, "tools/call", {"name": "job", "arguments": {}})).message  # type: ignore[operator]
     refused = await call(engine, "tools/call", {"name": "job", "arguments": {}})
@@ -113,7 +114,7 @@ async def test_without_single_use_a_state_may_be_retried() -> None:
 
 async def test_polling_faster_than_half_the_interval_is_refused_when_limited() -> None:
     clock = Clock()
-    engine, _ = build(clock, poll_rate_limit=True, poll_interval_ms=1_000, poll_max_ms=1_000)
+    engine, _ = build(clock, poll_rate_limit=True, poll_interval_ms=1_000, poll_interval_max_ms=1_000)
     created = (await call(engine, "tools/call", {"name": "job", "arguments": {}})).message
     assert created is not None
     task_id = created["result"]["taskId"]

@@ -15,7 +15,8 @@ import anyio
 import pytest
 
 from ext_tasks import Context, Principal, ToolRegistry, elicit
-from ext_tasks.engine import Engine, EngineOptions
+from ext_tasks.config import EngineOptions, TaskOptions
+from ext_tasks.engine import Engine
 from ext_tasks.metrics import REGISTRY
 from ext_tasks.protocol.errors import (
     HEADER_MISMATCH,
@@ -26,7 +27,7 @@ from ext_tasks.protocol.errors import (
 from ext_tasks.protocol.resume import ResumeCodec
 from ext_tasks.replies import JsonReply
 from ext_tasks.store.memory import MemoryTaskStore
-from ext_tasks.task_methods import TaskMethods, TaskOptions
+from ext_tasks.task_methods import TaskMethods
 from ext_tasks.worker import Worker
 from tests.support.mcp_http import modern_request
 
@@ -131,7 +132,7 @@ def store(clock: Clock) -> MemoryTaskStore:
 @pytest.fixture
 def engine(registry: ToolRegistry, store: MemoryTaskStore, clock: Clock) -> Iterator[Engine]:
     codec = ResumeCodec([KEY], audience="task-methods-test", ttl_s=600, clock=lambda: clock() / 1000)
-    options = TaskOptions(default_ttl_ms=TTL_MS, max_ttl_ms=TTL_MS * 10, poll_interval_ms=POLL_MS)
+    options = TaskOptions(task_ttl_ms=TTL_MS, task_max_ttl_ms=TTL_MS * 10, poll_interval_ms=POLL_MS)
     engine = Engine(registry, codec, tasks=TaskMethods(store, options, clock_ms=clock))
     yield engine
     engine.close()

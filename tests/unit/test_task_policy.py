@@ -9,6 +9,7 @@ import pytest
 
 from ext_tasks import Context, ToolRegistry
 from ext_tasks.auth import Principal
+from ext_tasks.config import TaskOptions
 from ext_tasks.engine import Engine
 from ext_tasks.protocol.envelope import META_IDEMPOTENCY_KEY
 from ext_tasks.protocol.jsonrpc import encode
@@ -17,7 +18,7 @@ from ext_tasks.protocol.states import TaskStatus
 from ext_tasks.protocol.tasks import TaskRecord, completed, delivered, poll_interval
 from ext_tasks.replies import JsonReply
 from ext_tasks.store.memory import MemoryTaskStore
-from ext_tasks.task_methods import META_TASK_POLICY, TaskMethods, TaskOptions
+from ext_tasks.task_methods import META_TASK_POLICY, TaskMethods
 
 pytestmark = pytest.mark.anyio
 
@@ -111,7 +112,7 @@ def build(clock: Clock) -> tuple[Engine, MemoryTaskStore, list[str]]:
         return "archived"
 
     store = MemoryTaskStore(clock_ms=clock)
-    options = TaskOptions(default_ttl_ms=3_600_000, max_ttl_ms=86_400_000, sensitive_grace_ms=5_000)
+    options = TaskOptions(task_ttl_ms=3_600_000, task_max_ttl_ms=86_400_000, sensitive_grace_ms=5_000)
     tasks = TaskMethods(store, options, clock_ms=clock)
     engine = Engine(registry, ResumeCodec([b"k" * 32], audience="policy-test"), tasks=tasks)
     return engine, store, runs

@@ -19,7 +19,7 @@ import pytest
 
 from ext_tasks import Context, InputRequired, Principal, ProtocolError, ToolError, ToolRegistry, elicit
 from ext_tasks import compose as server_module
-from ext_tasks.config import Settings
+from ext_tasks.config import Settings, WorkerOptions
 from ext_tasks.protocol.envelope import Envelope
 from ext_tasks.protocol.errors import INTERNAL_ERROR, MISSING_REQUIRED_CLIENT_CAPABILITY, Busy
 from ext_tasks.protocol.requests import PARSERS, Call
@@ -28,7 +28,7 @@ from ext_tasks.protocol.tasks import TaskRecord, detailed_task_wire
 from ext_tasks.store.base import Run
 from ext_tasks.store.memory import MemoryTaskStore
 from ext_tasks.task_methods import TaskMethods
-from ext_tasks.worker import Worker, WorkerOptions
+from ext_tasks.worker import Worker
 
 pytestmark = pytest.mark.anyio
 
