@@ -24,13 +24,12 @@ import inspect
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar, get_type_hints
+from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import Field
 
 from .context import Context
-from .protocol.errors import InvalidParams
-from .protocol.wire import describe_validation_error
+from .signatures import Signature
 
 Fn = Callable[..., Awaitable[Any]]
 F = TypeVar("F", bound=Fn)
@@ -44,72 +43,12 @@ def Header(name: str, description: str | None = None) -> Any:  # noqa: N802 - re
     return Field(description=description, json_schema_extra={"x-mcp-header": name})
 
 
-class _Arguments(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-
-@dataclass
-class _Signature:
-    """A function's parameters: which one takes the Context, and a pydantic model for the rest."""
-
-    context_param: str | None
-    model: type[BaseModel]
-    accepts_any_keyword: bool = False
-
-    @classmethod
-    def of(cls, fn: Fn, *, raw_schema: bool = False) -> _Signature:
-        hints = get_type_hints(fn, include_extras=True)
-        context_param = None
-        accepts_any_keyword = False
-        fields: dict[str, Any] = {}
-        for name, param in inspect.signature(fn).parameters.items():
-            annotation = hints.get(name, Any)
-            if annotation is Context:
-                context_param = name
-                continue
-            if param.kind is param.VAR_KEYWORD and raw_schema:
-                accepts_any_keyword = True  # a hand-written schema describes what **kwargs receives
-                continue
-            if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-                raise TypeError(f"{fn.__name__}: *args and **kwargs cannot be described as an input schema")
-            default = ... if param.default is inspect.Parameter.empty else param.default
-            fields[name] = (annotation, default)
-        model = create_model(f"{fn.__name__}_arguments", __base__=_Arguments, **fields)
-        return cls(context_param=context_param, model=model, accepts_any_keyword=accepts_any_keyword)
-
-    def json_schema(self) -> dict[str, Any]:
-        schema: dict[str, Any] = _strip_titles(self.model.model_json_schema())
-        schema.setdefault("properties", {})
-        return schema
-
-    def validate(self, arguments: Mapping[str, Any]) -> BaseModel:
-        try:
-            return self.model.model_validate(arguments)
-        except ValidationError as exc:
-            raise InvalidParams(f"Invalid arguments: {describe_validation_error(exc)}") from None
-
-    def bind(self, arguments: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
-        validated = self.validate(arguments)
-        kwargs = {name: getattr(validated, name) for name in type(validated).model_fields}
-        if self.context_param is not None:
-            kwargs[self.context_param] = ctx
-        return kwargs
-
-
-def _strip_titles(node: Any) -> Any:
-    if isinstance(node, dict):
-        return {key: _strip_titles(value) for key, value in node.items() if key != "title"}
-    if isinstance(node, list):
-        return [_strip_titles(item) for item in node]
-    return node
-
-
 @dataclass
 class Tool:
     name: str
     fn: Fn
     description: str
-    signature: _Signature
+    signature: Signature
     input_schema: dict[str, Any]
     raw_schema: bool = False
     title: str | None = None
@@ -157,7 +96,7 @@ class Prompt:
     name: str
     fn: Fn
     description: str
-    signature: _Signature
+    signature: Signature
     title: str | None = None
 
     def describe(self) -> dict[str, Any]:
@@ -182,7 +121,7 @@ class Resource:
     name: str
     description: str
     mime_type: str | None
-    signature: _Signature
+    signature: Signature
 
     def describe(self) -> dict[str, Any]:
         described: dict[str, Any] = {"uri": self.uri, "name": self.name, "description": self.description}
@@ -198,7 +137,7 @@ class ResourceTemplate:
     name: str
     description: str
     mime_type: str | None
-    signature: _Signature
+    signature: Signature
     pattern: re.Pattern[str]
 
     def describe(self) -> dict[str, Any]:
@@ -274,7 +213,7 @@ class ToolRegistry:
                 raise ValueError(f"{label} must be a positive integer number of milliseconds")
 
         def register(fn: F) -> F:
-            signature = _Signature.of(fn, raw_schema=input_schema is not None)
+            signature = Signature.of(fn, raw_schema=input_schema is not None)
             schema = dict(input_schema) if input_schema is not None else signature.json_schema()
             tool = Tool(
                 name=name or fn.__name__,
@@ -305,7 +244,7 @@ class ToolRegistry:
         self, name: str | None = None, *, description: str | None = None, title: str | None = None
     ) -> Callable[[F], F]:
         def register(fn: F) -> F:
-            prompt = Prompt(name or fn.__name__, fn, description or inspect.getdoc(fn) or "", _Signature.of(fn), title)
+            prompt = Prompt(name or fn.__name__, fn, description or inspect.getdoc(fn) or "", Signature.of(fn), title)
             self.add_prompt(prompt)
             return fn
 
@@ -316,7 +255,7 @@ class ToolRegistry:
     ) -> Callable[[F], F]:
         def register(fn: F) -> F:
             resource = Resource(
-                uri, fn, name or fn.__name__, description or inspect.getdoc(fn) or "", mime_type, _Signature.of(fn)
+                uri, fn, name or fn.__name__, description or inspect.getdoc(fn) or "", mime_type, Signature.of(fn)
             )
             self.resources[uri] = resource
             self._changed("resources")
@@ -339,7 +278,7 @@ class ToolRegistry:
                 name or fn.__name__,
                 description or inspect.getdoc(fn) or "",
                 mime_type,
-                _Signature.of(fn),
+                Signature.of(fn),
                 _template_pattern(uri_template),
             )
             self.templates[uri_template] = template

@@ -15,12 +15,11 @@ What the legacy protocol has and the modern one does not is emulated here:
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Final
 
 from ext_tasks.auth import Caller
@@ -47,12 +46,10 @@ from ext_tasks.replies import JsonReply, Reply, StreamReply, chained
 from ext_tasks.waits import WaitLimit
 
 from .get_stream import GetStream
-from .legacy_tasks import LegacyTasks, Relay
+from .legacy_calls import LegacyCalls
+from .legacy_tasks import LegacyTasks
 from .sessions import LegacySession, SessionStore, TooManySessions, client_identity, kept_capabilities, new_session_id
 from .translate import (
-    legacy_create_task_result,
-    legacy_error,
-    legacy_notification,
     legacy_result,
     legacy_server_capabilities,
     legacy_tools,
@@ -109,14 +106,15 @@ class LegacyShim:
         self.options = options
         self.waits = waits or WaitLimit()
         self.tasks = LegacyTasks(sessions, codec, self._modern, self._final, self.waits)
+        self.calls = LegacyCalls(upstream, sessions, self.tasks, self._modern, options.input_timeout_s)
         self._handlers: dict[str, Callable[[Request, LegacySession, Caller], AsyncIterator[Message]]] = {
             "ping": self._ping,
             "logging/setLevel": self._set_level,
             "resources/subscribe": self._subscribe,
             "resources/unsubscribe": self._unsubscribe,
-            "tools/call": self._call_tool,
-            "prompts/get": self._with_input,
-            "resources/read": self._with_input,
+            "tools/call": self.calls.call_tool,
+            "prompts/get": self.calls.with_input,
+            "resources/read": self.calls.with_input,
             "tasks/get": self.tasks.get,
             "tasks/result": self.tasks.result,
             "tasks/list": self.tasks.list,
@@ -300,85 +298,6 @@ class LegacyShim:
         if final is None:
             raise InternalError("Internal error: the upstream server sent no response")
         return final
-
-    # --- calls that may ask for input -------------------------------------------------------------
-
-    async def _call_tool(self, request: Request, session: LegacySession, caller: Caller) -> AsyncIterator[Message]:
-        name = required_string(request.params, "name")
-        augmented = isinstance(request.params.get("task"), dict)
-        policy = (await self.upstream.task_support(caller)).get(name)
-        if augmented and policy == "forbidden":
-            # 2025-11-25, tools section: a tool that forbids tasks SHOULD answer -32601 to augmentation.
-            raise MethodNotFound(f"Tool {name!r} does not support task-augmented calls")
-        call = self._modern(session, "tools/call", request.params, tasks=augmented)
-        async for message in self._relay_input(request, session, caller, call):
-            yield message
-
-    async def _with_input(self, request: Request, session: LegacySession, caller: Caller) -> AsyncIterator[Message]:
-        call = self._modern(session, request.method, request.params, tasks=False)
-        async for message in self._relay_input(request, session, caller, call):
-            yield message
-
-    async def _relay_input(
-        self, request: Request, session: LegacySession, caller: Caller, call: ModernCall
-    ) -> AsyncIterator[Message]:
-        """Run a modern call; answer each ``input_required`` with real server→client requests."""
-        while True:
-            final: Message | None = None
-            async for message in self.upstream.send(call, caller):
-                if "result" in message or "error" in message:
-                    final = message
-                else:
-                    yield legacy_notification(message)
-            if final is None:
-                raise InternalError("Internal error: the upstream server sent no response")
-            if "error" in final:
-                yield error_message(request.id, legacy_error(final["error"]))
-                return
-            result = final["result"]
-            kind = result.get("resultType")
-            if kind == "input_required":
-                answers: dict[str, Any] = {}
-                async for outgoing in self._ask_client(session, result.get("inputRequests") or {}, answers):
-                    yield outgoing
-                params = {**call.params, "inputResponses": answers}
-                if result.get("requestState") is not None:
-                    params["requestState"] = result["requestState"]
-                call = replace(call, params=params)
-                continue
-            if kind == "task":
-                await self.tasks.register(session, str(result["taskId"]))
-                yield result_message(request.id, legacy_create_task_result(result))
-                return
-            if request.method == "tools/call" and isinstance(request.params.get("task"), dict):
-                # The client asked for a task, but the upstream answered inline (it may: task creation is
-                # server-directed). A 2025-11-25 client can only take a CreateTaskResult here, so the
-                # answer becomes a task of the shim's own, already completed.
-                created = await self.tasks.inline_as_task(session, request.params, result)
-                yield result_message(request.id, legacy_create_task_result(created))
-                return
-            yield result_message(request.id, legacy_result(result))
-            return
-
-    async def _ask_client(
-        self, session: LegacySession, requests: Mapping[str, Any], answers: dict[str, Any]
-    ) -> AsyncIterator[Message]:
-        """Send each MRTR request to the client and collect every answer into ``answers``."""
-        async with self.sessions.subscribe(session.session_id) as inbox:
-            relay = Relay()
-            for key, entry in requests.items():
-                yield relay.request(key, entry, None)
-            try:
-                async with asyncio.timeout(self.options.input_timeout_s):
-                    while relay.pending:
-                        answered = relay.answer(await inbox.get())
-                        if answered is None:
-                            continue
-                        if answered.value is None:
-                            raise InvalidRequest(f"The client refused the {answered.method} request")
-                        answers[answered.key] = answered.value
-            except TimeoutError:
-                raise InternalError("Timed out waiting for the client's answer") from None
 
 
 def _failure(request_id: Any, error: ProtocolError, status: int | None = None) -> Reply:
