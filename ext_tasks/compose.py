@@ -13,7 +13,7 @@ import asyncio
 import importlib
 import logging
 import secrets
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from migration.proxy import ForwardingHandler
 from migration.router import EraRouter
@@ -73,14 +73,17 @@ def build_authenticator(settings: Settings) -> Authenticator:
     return BearerTokenAuthenticator(settings.tokens) if settings.tokens else AnonymousAuthenticator()
 
 
+def _on_valkey(settings: Settings) -> dict[str, Any]:
+    """What every Valkey-backed store of the process is built with."""
+    return {"prefix": settings.valkey_prefix, "max_connections": settings.valkey_max_connections}
+
+
 def build_store(settings: Settings) -> TaskStore:
     if settings.valkey_url is None:
         return MemoryTaskStore()
     from .store.valkey import ValkeyTaskStore
 
-    return ValkeyTaskStore(
-        settings.valkey_url, prefix=settings.valkey_prefix, max_connections=settings.valkey_max_connections
-    )
+    return ValkeyTaskStore(settings.valkey_url, **_on_valkey(settings))
 
 
 def build_engine(
@@ -109,9 +112,7 @@ def build_sessions(settings: Settings) -> SessionStore:
         return MemorySessionStore()
     from migration.valkey_sessions import ValkeySessionStore
 
-    return ValkeySessionStore(
-        settings.valkey_url, prefix=settings.valkey_prefix, max_connections=settings.valkey_max_connections
-    )
+    return ValkeySessionStore(settings.valkey_url, **_on_valkey(settings))
 
 
 def build_shim(

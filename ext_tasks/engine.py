@@ -35,6 +35,7 @@ from .protocol.jsonrpc import (
     Request,
     RequestId,
     Response,
+    Result,
     decode_message,
     notification_message,
     result_message,
@@ -49,7 +50,6 @@ from .waits import WaitLimit
 
 logger = logging.getLogger("ext_tasks.engine")
 
-Result = dict[str, Any]
 Handler = Callable[[Call[Any], Principal, Emit], Awaitable[Result]]
 
 STREAMABLE: Final = frozenset({"tools/call", "prompts/get", "resources/read"})

@@ -17,6 +17,7 @@ from .context import Context, Emit, InputRequired
 from .invoke import invoke_tool
 from .mrtr import ClaimOnce, StartTaskHook, binding_for, run_round
 from .protocol.errors import InternalError, InvalidParams, ProtocolError, ResourceNotFound
+from .protocol.jsonrpc import Result
 from .protocol.requests import (
     Call,
     Listing,
@@ -37,8 +38,6 @@ from .task_methods import META_TASK_POLICY, TaskMethods
 from .tools import Tool, ToolRegistry
 
 logger = logging.getLogger("ext_tasks.methods")
-
-Result = dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ from .context import Emit
 from .lifecycle import task_event
 from .protocol.envelope import Envelope
 from .protocol.errors import Busy, InvalidParams, LimitExceeded
+from .protocol.jsonrpc import Result
 from .protocol.requests import Call, TaskRef, TaskUpdate
 from .protocol.resume import digest_arguments
 from .protocol.states import TaskEvent, TaskStatus
@@ -55,7 +56,6 @@ from .tools import Tool
 
 logger = logging.getLogger("ext_tasks.lifecycle")
 
-Result = dict[str, Any]
 _ACK: Final[Result] = {"resultType": "complete"}
 #: How long tasks/update and tasks/cancel keep retrying a compare-and-set that others keep winning.
 COMMIT_BUDGET_S: Final = 5.0

@@ -33,6 +33,7 @@ from .signatures import Signature
 
 Fn = Callable[..., Awaitable[Any]]
 F = TypeVar("F", bound=Fn)
+T = TypeVar("T")
 ChangeKind = Literal["tools", "prompts", "resources", "resource"]
 #: Whether a tool runs as a task: never, when the client declares the extension, or always.
 TaskSupport = Literal["forbidden", "optional", "required"]
@@ -299,23 +300,25 @@ class ToolRegistry:
     # --- changes at run time ----------------------------------------------------------------------
 
     def add_tool(self, tool: Tool) -> None:
-        self.tools[tool.name] = tool
-        self._changed("tools")
+        self._add(self.tools, "tools", tool.name, tool)
 
     def remove_tool(self, name: str) -> Tool | None:
-        removed = self.tools.pop(name, None)
-        if removed is not None:
-            self._changed("tools")
-        return removed
+        return self._remove(self.tools, "tools", name)
 
     def add_prompt(self, prompt: Prompt) -> None:
-        self.prompts[prompt.name] = prompt
-        self._changed("prompts")
+        self._add(self.prompts, "prompts", prompt.name, prompt)
 
     def remove_prompt(self, name: str) -> Prompt | None:
-        removed = self.prompts.pop(name, None)
+        return self._remove(self.prompts, "prompts", name)
+
+    def _add(self, registered: dict[str, T], kind: ChangeKind, name: str, item: T) -> None:
+        registered[name] = item
+        self._changed(kind)
+
+    def _remove(self, registered: dict[str, T], kind: ChangeKind, name: str) -> T | None:
+        removed = registered.pop(name, None)
         if removed is not None:
-            self._changed("prompts")
+            self._changed(kind)
         return removed
 
     def resource_updated(self, uri: str) -> None:

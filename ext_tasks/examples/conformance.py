@@ -19,7 +19,7 @@ import io
 import struct
 import wave
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any
 
 from pydantic import Field
@@ -217,20 +217,23 @@ async def _dynamic_prompt() -> str:
     return "I come and go with test_trigger_prompt_change."
 
 
+def _toggle(name: str, remove: Callable[[str], object], add: Callable[[], object]) -> str:
+    if remove(name) is not None:
+        return f"Removed {name}."
+    add()
+    return f"Added {name}."
+
+
 @registry.tool(description="Adds or removes the tool test_dynamic_tool, so the tool list changes.")
 async def test_trigger_tool_change() -> str:
-    if registry.remove_tool("test_dynamic_tool") is not None:
-        return "Removed test_dynamic_tool."
-    registry.tool("test_dynamic_tool", description="Appears and disappears on demand.")(_dynamic_tool)
-    return "Added test_dynamic_tool."
+    add = registry.tool("test_dynamic_tool", description="Appears and disappears on demand.")
+    return _toggle("test_dynamic_tool", registry.remove_tool, lambda: add(_dynamic_tool))
 
 
 @registry.tool(description="Adds or removes the prompt test_dynamic_prompt, so the prompt list changes.")
 async def test_trigger_prompt_change() -> str:
-    if registry.remove_prompt("test_dynamic_prompt") is not None:
-        return "Removed test_dynamic_prompt."
-    registry.prompt("test_dynamic_prompt", description="Appears and disappears on demand.")(_dynamic_prompt)
-    return "Added test_dynamic_prompt."
+    add = registry.prompt("test_dynamic_prompt", description="Appears and disappears on demand.")
+    return _toggle("test_dynamic_prompt", registry.remove_prompt, lambda: add(_dynamic_prompt))
 
 
 # --- multi round-trip requests (SEP-2322), input-required-result-* ----------------------------------
@@ -259,10 +262,14 @@ async def test_input_required_result_list_roots(ctx: Context) -> str:
     return f"The client has {len(roots)} root(s): {', '.join(root.uri for root in roots)}"
 
 
+async def _confirmation(ctx: Context) -> object:
+    answer = await ctx.elicit("confirm", "Please confirm", CONFIRM_SCHEMA)
+    return (answer.content or {}).get("ok")
+
+
 @registry.tool(description="Asks for a confirmation and relies on the echoed requestState.")
 async def test_input_required_result_request_state(ctx: Context) -> str:
-    answer = await ctx.elicit("confirm", "Please confirm", CONFIRM_SCHEMA)
-    return f"state-ok: confirmed={(answer.content or {}).get('ok')}"
+    return f"state-ok: confirmed={await _confirmation(ctx)}"
 
 
 @registry.tool(description="Asks for a name, a sampled greeting and the roots in one round.")
@@ -287,8 +294,7 @@ async def test_input_required_result_multi_round(ctx: Context) -> str:
 
 @registry.tool(description="Asks for a confirmation; a tampered requestState is refused by the server.")
 async def test_input_required_result_tampered_state(ctx: Context) -> str:
-    answer = await ctx.elicit("confirm", "Please confirm", CONFIRM_SCHEMA)
-    return f"Confirmed: {(answer.content or {}).get('ok')}"
+    return f"Confirmed: {await _confirmation(ctx)}"
 
 
 @registry.tool(description="Asks only for the kinds of input this request's client declared.")

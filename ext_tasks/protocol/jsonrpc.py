@@ -14,6 +14,8 @@ import msgspec
 from .errors import InvalidRequest, ParseError, ProtocolError
 
 RequestId = str | int
+#: A JSON-RPC result object, as the handlers build it.
+Result = dict[str, Any]
 
 _decoder = msgspec.json.Decoder()
 _encoder = msgspec.json.Encoder()

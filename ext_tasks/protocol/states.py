@@ -66,23 +66,25 @@ class Edge:
 _W, _I = TaskStatus.WORKING, TaskStatus.INPUT_REQUIRED
 _C, _F, _X = TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED
 
+#: How a task that is not finished ends: the same three edges from ``working`` and ``input_required``.
+_ENDINGS: Final = (
+    (TaskEvent.SUCCEEDED, _C, "task.completed"),
+    (TaskEvent.FAILED, _F, "task.failed"),
+    (TaskEvent.CANCEL_REQUESTED, _X, "task.cancelled"),
+)
+
 TABLE: Final[tuple[Edge, ...]] = (
     Edge(None, TaskEvent.CREATED, _W, "task.created"),
     Edge(_W, TaskEvent.RUN_STARTED, _W, None),
     Edge(_W, TaskEvent.STATUS_REPORTED, _W, None),
     Edge(_W, TaskEvent.RERUN_REQUESTED, _W, "task.rerun"),
     Edge(_W, TaskEvent.INPUT_REQUESTED, _I, "task.input_requested"),
-    Edge(_W, TaskEvent.SUCCEEDED, _C, "task.completed"),
-    Edge(_W, TaskEvent.FAILED, _F, "task.failed"),
-    Edge(_W, TaskEvent.CANCEL_REQUESTED, _X, "task.cancelled"),
+    *(Edge(_W, event, target, log) for event, target, log in _ENDINGS),
     Edge(_I, TaskEvent.ANSWERED, _I, "task.answered"),
     Edge(_I, TaskEvent.INPUT_PROVIDED, _W, "task.resumed"),
-    Edge(_I, TaskEvent.SUCCEEDED, _C, "task.completed"),
-    Edge(_I, TaskEvent.FAILED, _F, "task.failed"),
-    Edge(_I, TaskEvent.CANCEL_REQUESTED, _X, "task.cancelled"),
-    Edge(_C, TaskEvent.DELIVERED, _C, "task.result_retrieved"),
-    Edge(_F, TaskEvent.DELIVERED, _F, "task.result_retrieved"),
-    Edge(_X, TaskEvent.DELIVERED, _X, "task.result_retrieved"),
+    *(Edge(_I, event, target, log) for event, target, log in _ENDINGS),
+    # A finished task's one edge: its outcome handed out for the first time (the status stays).
+    *(Edge(status, TaskEvent.DELIVERED, status, "task.result_retrieved") for status in (_C, _F, _X)),
 )
 
 _EDGES: Final[Mapping[tuple[TaskStatus | None, TaskEvent], Edge]] = MappingProxyType(

@@ -119,16 +119,19 @@ class TextContent(WireModel):
     text: str
 
 
-class ImageContent(WireModel):
+class _Media(WireModel):
+    """Base64 ``data`` of a ``mime_type``."""
+
+    data: str
+    mime_type: str
+
+
+class ImageContent(_Media):
     type: Literal["image"] = "image"
-    data: str
-    mime_type: str
 
 
-class AudioContent(WireModel):
+class AudioContent(_Media):
     type: Literal["audio"] = "audio"
-    data: str
-    mime_type: str
 
 
 class ResourceContents(WireModel):
