@@ -26,13 +26,16 @@ def valkey_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ValkeySe
 
 
 @pytest.fixture(params=["memory", "valkey"])
-async def store(request: pytest.FixtureRequest, valkey_server: ValkeyServer) -> AsyncIterator[TaskStore]:
-    """The same contract, run against both stores (each test gets a fresh key prefix on Valkey)."""
+async def store(request: pytest.FixtureRequest) -> AsyncIterator[TaskStore]:
+    """The same contract, run against both stores (each test gets a fresh key prefix on Valkey).
+
+    Only the Valkey case asks for the server, so ``-k memory`` runs without starting one."""
     instance: TaskStore
     if request.param == "memory":
         instance = MemoryTaskStore()
     else:
-        instance = ValkeyTaskStore(valkey_server.url, prefix=f"contract-{next(_prefixes)}")
+        server: ValkeyServer = request.getfixturevalue("valkey_server")
+        instance = ValkeyTaskStore(server.url, prefix=f"contract-{next(_prefixes)}")
     await instance.open()
     try:
         yield instance

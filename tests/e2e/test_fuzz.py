@@ -45,7 +45,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ext_tasks.compose import Runtime, build_authenticator, load_registry
-from ext_tasks.config import Settings
+from ext_tasks.config import Settings, WorkerOptions
 from ext_tasks.http import create_app
 from ext_tasks.protocol.resume import generate_key, parse_key
 from tests.support.mcp_http import header_value
@@ -329,8 +329,7 @@ def _settings(**overrides: Any) -> Settings:
         tools=TOOLS_MODULE,
         state_keys=(parse_key(generate_key()),),
         max_body_bytes=BODY_LIMIT,
-        shutdown_grace_s=0,
-        lease_s=5,
+        worker=WorkerOptions(shutdown_grace_s=0, lease_s=5),
         **overrides,
     ).validate()
 
