@@ -127,10 +127,7 @@ def build_shim(
 ) -> LegacyShim:
     """The 2025-11-25 front end over ``upstream`` (this server's engine, or a remote server)."""
     options = ShimOptions(
-        server_info=server_info,
-        instructions=instructions,
-        keepalive_s=settings.engine.keepalive_s,
-        max_sessions=settings.legacy.max_sessions,
+        server_info=server_info, instructions=instructions, legacy=settings.legacy, engine=settings.engine
     )
     return LegacyShim(upstream, sessions, codec, options, waits=waits or WaitLimit(settings.engine.max_waits))
 

@@ -299,6 +299,9 @@ class Context:
 
     async def log(self, level: str, data: Any, logger: str | None = None) -> None:
         """Send ``notifications/message`` at ``level`` if the request asked for logs at or below it."""
+        if level not in LOG_LEVELS:
+            # A tool's own mistake: it fails the same way whether or not this client asked for logs.
+            raise ValueError(f"unknown log level {level!r}: one of {', '.join(LOG_LEVELS)}")
         wanted = self.envelope.log_level
         if wanted is None or LOG_LEVELS.index(level) < LOG_LEVELS.index(wanted):
             return

@@ -19,10 +19,11 @@ import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ext_tasks.auth import Caller
+from ext_tasks.config import EngineOptions, LegacyOptions
 from ext_tasks.protocol.envelope import LOG_LEVELS
 from ext_tasks.protocol.errors import (
     Busy,
@@ -86,9 +87,9 @@ class ShimOptions:
     instructions: str | None = None
     #: How long a relayed server→client request may wait for the client's answer.
     input_timeout_s: float = 600.0
-    keepalive_s: float = 15.0
-    #: Live sessions one principal may hold (0: no cap).
-    max_sessions: int = 100
+    #: The settings' legacy section (sessions per principal) and engine section (the streams' keep-alive).
+    legacy: LegacyOptions = field(default_factory=LegacyOptions)
+    engine: EngineOptions = field(default_factory=EngineOptions)
 
 
 class LegacyShim:
@@ -171,7 +172,7 @@ class LegacyShim:
                 upstream=self.upstream,
                 tasks=self.tasks,
                 modern=self._modern,
-                keepalive_s=self.options.keepalive_s,
+                keepalive_s=self.options.engine.keepalive_s,
             )
             messages = self._waiting(caller, stream.messages())
             first = await anext(messages)  # the stream is live (or refused, e.g. past the waits cap)
@@ -210,10 +211,10 @@ class LegacyShim:
         if len(json.dumps(session.capabilities)) > _MAX_CAPABILITIES_CHARS:
             raise InvalidParams(f"Invalid params: capabilities larger than {_MAX_CAPABILITIES_CHARS} characters")
         try:
-            await self.sessions.create(session, self.options.max_sessions)
+            await self.sessions.create(session, self.options.legacy.max_sessions)
         except TooManySessions:
             raise LimitExceeded(
-                f"Too many open sessions for this caller (the limit is {self.options.max_sessions}); "
+                f"Too many open sessions for this caller (the limit is {self.options.legacy.max_sessions}); "
                 "end one (DELETE) or let it expire",
                 limit="max_sessions",
                 retry_after_s=60,

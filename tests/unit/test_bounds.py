@@ -15,7 +15,7 @@ import pytest
 
 from ext_tasks import Context, Principal, ToolRegistry, elicit
 from ext_tasks.auth import Caller
-from ext_tasks.config import TaskOptions, WorkerOptions
+from ext_tasks.config import LegacyOptions, TaskOptions, WorkerOptions
 from ext_tasks.engine import Engine
 from ext_tasks.protocol.jsonrpc import encode
 from ext_tasks.protocol.resume import ResumeCodec
@@ -131,7 +131,9 @@ def test_a_ceiling_keeps_the_entries_that_lapse_last() -> None:
 
 def make_shim(sessions: MemorySessionStore, max_sessions: int = 100) -> LegacyShim:
     engine = Engine(registry(), ResumeCodec([KEY], audience="bounds"))
-    options = ShimOptions(server_info={"name": "bounds", "version": "1"}, max_sessions=max_sessions)
+    options = ShimOptions(
+        server_info={"name": "bounds", "version": "1"}, legacy=LegacyOptions(max_sessions=max_sessions)
+    )
     return LegacyShim(EngineUpstream(engine), sessions, engine.core.codec, options)
 
 

@@ -250,3 +250,19 @@ async def test_start_task_hands_over_only_where_a_task_can_start_and_none_runs_y
 
     await context().start_task()  # inline: the whole function runs here
     await context(can_start_task=True, task_id="task-1").start_task()  # already the task: goes on
+
+
+async def test_a_log_at_an_unknown_level_is_refused_whether_or_not_the_client_asked_for_logs() -> None:
+    for wanted in (None, "debug"):
+        ctx = Context(
+            principal=Principal("alice"),
+            envelope=Envelope(
+                protocol_version="2026-07-28",
+                client_capabilities={},
+                client_info=None,
+                log_level=wanted,
+                progress_token=None,
+            ),
+        )
+        with pytest.raises(ValueError, match="unknown log level 'verbose'"):
+            await ctx.log("verbose", "hello")
