@@ -139,6 +139,10 @@ def _start_server(
             "EXT_TASKS_PORT": str(port),
             "EXT_TASKS_WORKERS": str(stack.procs),
             "EXT_TASKS_VALKEY_URL": valkey_url or "",
+            # One anonymous principal creates tens of thousands of tasks a minute here: far past the
+            # default cap on tasks kept per principal (10,000), which would refuse them with 429. A cap
+            # this high still does its bookkeeping on every creation, so its cost stays measured.
+            "EXT_TASKS_MAX_STORED_TASKS": "100000000",
         }
         if stack.server == "granian":
             command = _granian_command("ext_tasks.cli:app_from_env", port, stack.procs, factory=True)
