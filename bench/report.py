@@ -28,6 +28,7 @@ LABELS: Final[dict[str, str]] = {
     "echo-hc-box2": "echo, hypercorn, 2 procs (box)",
     "ext-hc-mem": "ext-tasks, hypercorn, memory",
     "ext-hc-vk": "ext-tasks, hypercorn, Valkey",
+    "ext-hc-vkc": "ext-tasks, hypercorn, Valkey Cluster",
     "ext-gr-mem": "ext-tasks, granian, memory",
     "ext-gr-vk": "ext-tasks, granian, Valkey",
     "sdk": "Python SDK 2.3.0 (uvicorn)",
@@ -41,6 +42,7 @@ COLORS: Final[dict[str, str]] = {
     "echo-gr": "#bcbd22",
     "ext-hc-mem": "#1f77b4",
     "ext-hc-vk": "#2ca02c",
+    "ext-hc-vkc": "#9467bd",
     "ext-gr-mem": "#17becf",
     "ext-gr-vk": "#98df8a",
     "sdk": "#d62728",
@@ -192,7 +194,7 @@ class Target:
     def verdict(self) -> str:
         if self.measured is None:
             return "not measured"
-        ok = self.measured.median >= self.goal if self.higher_is_better else self.measured.median < self.goal
+        ok = self.measured.median >= self.goal if self.higher_is_better else self.measured.median <= self.goal
         return "**met**" if ok else "**not met**"
 
 
@@ -272,6 +274,7 @@ def targets(results: Results) -> list[Target]:
             results.value("ext-hc-vk", "lifecycle", 1, p50), 5.0, False, " ms",
             "`lifecycle` at c=1, includes the create reply and 1 ms poll pauses",
         ))  # fmt: skip
+    found += _store_targets(results)
     c = _saturate(results, "ext-hc-vk-box2", "tasks_get")
     if c is not None:
         found.append(Target(
@@ -280,6 +283,67 @@ def targets(results: Results) -> list[Target]:
             "×", f"`tasks_get` at c={c}, unpinned, loader and Valkey on the same 2 cores",
         ))  # fmt: skip
     return found
+
+
+STORE_STACKS: Final = {"ext-hc-vk": "one Valkey", "ext-hc-vkc": "Valkey Cluster, 3 primaries"}
+
+
+def _store_cost(results: Results, stack: str, operation: str, field: str) -> Spread | None:
+    cost = results.meta.get("store_costs", {}).get(stack, {}).get(operation)
+    return spread([cost[field]]) if cost else None
+
+
+def _store_targets(results: Results) -> list[Target]:
+    """Issue 14: Valkey commands per task, and the lifecycle's throughput on Valkey."""
+    found: list[Target] = []
+    for stack, where in STORE_STACKS.items():
+        for operation, goal in (("lifecycle", 20.0), ("lifecycle_input", 35.0)):
+            measured = _store_cost(results, stack, operation, "commands")
+            if measured is not None:
+                found.append(Target(
+                    f"Valkey commands per `{operation}` ({where})", measured, goal, False, "",
+                    f"`INFO commandstats` over {results.meta['store_costs'][stack][operation]['operations']} "
+                    "sequential operations, commands inside scripts included (section 7)",
+                ))  # fmt: skip
+    if results.find("ext-hc-vk", "lifecycle", 16):
+        found.append(Target(
+            "Task lifecycle requests/s on Valkey ÷ echo", results.vs_echo("ext-hc-vk", "lifecycle", 16, req_rate),
+            0.55, True, "×", "`lifecycle` at c=16 (create + polls), hypercorn, 1 proc, same round",
+        ))  # fmt: skip
+    return found
+
+
+def _store_section(results: Results) -> list[str]:
+    if not results.meta.get("store_costs"):
+        return []
+    return [
+        "## 7. What one task costs the store", "",
+        "Per operation, over sequential operations against the running server (`bench.commands`, first round): "
+        "Valkey commands from `INFO commandstats` summed over the primaries (commands run inside scripts included, "
+        "so a script of 5 writes counts 6), Valkey CPU from the valkey-server processes' schedstat. `lifecycle` "
+        "polls every millisecond until `completed`, so its polls are in it (the HTTP requests column).", "",
+        *_store_cost_table(results), "",
+    ]  # fmt: skip
+
+
+def _store_cost_table(results: Results) -> list[str]:
+    costs: dict[str, Any] = results.meta.get("store_costs", {})
+    lines = [
+        "| stack | operation | Valkey commands | of them scripts | Valkey CPU µs | HTTP requests | top commands |",
+        "|---|---|---:|---:|---:|---:|---|",
+    ]
+    for stack, by_operation in costs.items():
+        for operation in ("lifecycle", "lifecycle_input", "tasks_get"):
+            cost = by_operation.get(operation)
+            if cost is None:
+                continue
+            top = ", ".join(f"{name} {n:g}" for name, n in cost["top"].items())
+            lines.append(
+                f"| {_label(stack)} | `{operation}` | {cost['commands']:.1f} | {cost['scripts']:.1f} "
+                f"| {cost['valkey_cpu_us']:.0f} | {cost['requests']:.1f} | {top} |"
+            )
+    idle = ", ".join(f"{_label(stack)} {c['idle_commands_per_s']}" for stack, c in costs.items())
+    return [*lines, "", f"Idle background (workers' blocking reads, heartbeats), commands per second: {idle}."]
 
 
 # --- tables ---------------------------------------------------------------------------------------
@@ -682,7 +746,7 @@ def write_report(out: Path, meta: dict[str, Any], records: list[Record], *, plot
     lines += ["## Targets (issue 5)", "", "| target | measured (median, min–max over rounds) | goal | verdict | how |",
               "|---|---:|---:|---|---|"]  # fmt: skip
     for target in targets(results):
-        goal = f"{'≥' if target.higher_is_better else '<'} {target.goal:g}{target.unit}"
+        goal = f"{'≥' if target.higher_is_better else '≤'} {target.goal:g}{target.unit}"
         lines.append(
             f"| {target.name} | {_fmt(target.measured, 2, target.unit)} | {goal} | {target.verdict} | {target.how} |"
         )
@@ -727,6 +791,7 @@ def write_report(out: Path, meta: dict[str, Any], records: list[Record], *, plot
                   f"{meta['versions'].get('granian', '?')} (`--interface asgi --loop uvloop`, 1 worker), pinned like "
                   "hypercorn.", ""]  # fmt: skip
         lines += [*_server_table(results), ""]
+    lines += _store_section(results)
     lines += ["## 6. The loader's own cost", "",
               "Every stack is driven by `bench.loadgen` (one process, pinned to the other CPU). Its CPU per request "
               "is listed in every table; here against wrk on the echo endpoint, same round.", ""]  # fmt: skip

@@ -26,8 +26,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import commands, procs
 from . import plan as plans
-from . import procs
 from .plan import Stack, Step
 
 RESULTS = procs.REPO / "bench" / "results"
@@ -56,7 +56,7 @@ class Options:
 class Running:
     stack: Stack
     server: procs.Proc
-    valkey: procs.Proc | None
+    valkey: procs.ValkeyStore | None
     path: str
     server_cpus: str | None
     loader_cpus: str | None
@@ -103,11 +103,11 @@ def running_stack(stack: Stack, options: Options, state_key: str) -> Iterator[Ru
     pinned = stack.placement == "pinned"
     server_cpus, side_cpus = ("1", "0") if pinned else (None, None)
     logs = options.scratch / "logs"
-    started: list[procs.Proc] = []
+    started: list[procs.Proc | procs.ValkeyStore] = []
     try:
         valkey = None
-        if stack.store == "valkey":
-            valkey = procs.start_valkey(logs, side_cpus)
+        if stack.store in ("valkey", "valkey-cluster"):
+            valkey = procs.start_store(logs, side_cpus, cluster=stack.store == "valkey-cluster")
             started.append(valkey)
         port = procs.free_port()
         server, path = _start_server(stack, port, valkey, state_key, server_cpus, logs)
@@ -120,9 +120,9 @@ def running_stack(stack: Stack, options: Options, state_key: str) -> Iterator[Ru
 
 
 def _start_server(
-    stack: Stack, port: int, valkey: procs.Proc | None, state_key: str, cpus: str | None, logs: Path
+    stack: Stack, port: int, valkey: procs.ValkeyStore | None, state_key: str, cpus: str | None, logs: Path
 ) -> tuple[procs.Proc, str]:
-    valkey_url = None if valkey is None else f"valkey://127.0.0.1:{valkey.port}/0"
+    valkey_url = None if valkey is None else valkey.url
     if stack.kind == "echo":
         if stack.server == "granian":
             command = _granian_command("bench.echo_app:app", port, stack.procs, factory=False)
@@ -162,7 +162,7 @@ def _start_server(
     assert valkey is not None
     command = [
         str(procs.FASTMCP_VENV.python), "bench/peers/fastmcp_server.py", "--port", str(port),
-        "--valkey-url", f"redis://127.0.0.1:{valkey.port}/0", "--name", f"bench-{port}",
+        "--valkey-url", f"redis://127.0.0.1:{valkey.nodes[0].port}/0", "--name", f"bench-{port}",
     ]  # fmt: skip
     return procs.start(stack.key, procs.pinned(cpus, command), port=port, log_dir=logs), "/mcp"
 
@@ -281,7 +281,7 @@ def run_step(
     }
 
 
-def _cpu(proc: procs.Proc | None) -> float:
+def _cpu(proc: procs.Proc | procs.ValkeyStore | None) -> float:
     return 0.0 if proc is None else proc.cpu()
 
 
@@ -466,7 +466,11 @@ def _describe(record: dict[str, Any]) -> str:
     )
 
 
-def execute(stacks: list[Stack], options: Options) -> tuple[list[dict[str, Any]], list[str]]:
+def execute(
+    stacks: list[Stack], options: Options, store_costs: dict[str, Any] | None = None
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every round of every stack; ``store_costs`` (when given) receives, per ext-tasks stack on
+    Valkey, the store's commands and CPU per operation (``bench.commands``, first round only)."""
     records: list[dict[str, Any]] = []
     failures: list[str] = []
     progress = Progress(total=options.rounds * sum(len(stack.steps) for stack in stacks))
@@ -484,12 +488,24 @@ def execute(stacks: list[Stack], options: Options) -> tuple[list[dict[str, Any]]
                         records.append(record)
                         progress.done += 1
                         progress.line(f"  {stack.key:<15} {step.key:<22} {_describe(record)}")
+                    if store_costs is not None and round_index == 0 and stack.kind == "ext" and running.valkey:
+                        url = f"http://127.0.0.1:{running.server.port}{running.path}"
+                        cost = commands.measure(url, running.valkey, count=20 if options.smoke else 200)
+                        store_costs[stack.key] = cost
+                        progress.line(f"  {stack.key:<15} store cost {_describe_cost(cost)}")
             except (RuntimeError, TimeoutError, OSError, ValueError, subprocess.SubprocessError) as exc:
                 message = f"round {round_index + 1}, {stack.key}: {type(exc).__name__}: {exc}"
                 failures.append(message[:2000])
                 progress.done += sum(1 for step in stack.steps if not _has(records, round_index, stack, step))
                 progress.line(f"  FAILED {message[:500]}")
     return records, failures
+
+
+def _describe_cost(cost: dict[str, Any]) -> str:
+    return ", ".join(
+        f"{name} {cost[name]['commands']:.1f} commands {cost[name]['valkey_cpu_us']:.0f} us"
+        for name in ("lifecycle", "lifecycle_input", "tasks_get")
+    )
 
 
 def _run_step_quietly(
@@ -611,7 +627,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"(+{options.warmup_s:g}s warm-up); results -> {out}",
         flush=True,
     )
-    records, failures = execute(stacks, options)
+    store_costs: dict[str, Any] = {}
+    records, failures = execute(stacks, options, store_costs)
+    meta["store_costs"] = store_costs
     meta["failures"] = failures
     meta["finished"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     meta["wall_s"] = round(time.time() - started, 1)

@@ -73,17 +73,37 @@ def build_authenticator(settings: Settings) -> Authenticator:
     return BearerTokenAuthenticator(settings.tokens) if settings.tokens else AnonymousAuthenticator()
 
 
-def _on_valkey(settings: Settings) -> dict[str, Any]:
-    """What every Valkey-backed store of the process is built with."""
-    return {"prefix": settings.valkey_prefix, "max_connections": settings.valkey_max_connections}
+class SharedValkey:
+    """The process's one Valkey client (per topology) and one set of subscriber connections, shared by
+    the task store and the legacy session store."""
+
+    def __init__(self, settings: Settings) -> None:
+        from .store.channels import ShardedChannels
+        from .store.plumbing import Topology
+
+        assert settings.valkey_url is not None
+        self.prefix = settings.valkey_prefix
+        self.topology = Topology.from_url(settings.valkey_url, max_connections=settings.valkey_max_connections)
+        self.channels = ShardedChannels(self.topology)
+
+    def on(self) -> dict[str, Any]:
+        """What every Valkey-backed store of the process is built with."""
+        return {"prefix": self.prefix, "channels": self.channels}
+
+    async def close(self) -> None:
+        await self.channels.close()
+        await self.topology.close()
 
 
-def build_store(settings: Settings) -> TaskStore:
+def build_store(settings: Settings, shared: SharedValkey | None = None) -> TaskStore:
     if settings.valkey_url is None:
         return MemoryTaskStore()
     from .store.valkey import ValkeyTaskStore
 
-    return ValkeyTaskStore(settings.valkey_url, **_on_valkey(settings))
+    shared = shared or SharedValkey(settings)
+    # No cap configured: owners' places are not kept, so a finished task has none to give back.
+    capped = settings.tasks.max_active_tasks > 0 or settings.tasks.max_stored_tasks > 0
+    return ValkeyTaskStore(shared.topology, owner_places=capped, **shared.on())
 
 
 def build_engine(
@@ -107,12 +127,13 @@ def build_worker(registry: ToolRegistry, settings: Settings, store: TaskStore) -
     return Worker(store, registry, settings.worker)
 
 
-def build_sessions(settings: Settings) -> SessionStore:
+def build_sessions(settings: Settings, shared: SharedValkey | None = None) -> SessionStore:
     if settings.valkey_url is None:
         return MemorySessionStore()
     from migration.valkey_sessions import ValkeySessionStore
 
-    return ValkeySessionStore(settings.valkey_url, **_on_valkey(settings))
+    shared = shared or SharedValkey(settings)
+    return ValkeySessionStore(shared.topology, **shared.on())
 
 
 def build_shim(
@@ -137,7 +158,8 @@ class Runtime:
 
     def __init__(self, registry: ToolRegistry, settings: Settings, *, serve_requests: bool = True) -> None:
         self.settings = settings
-        self.store = build_store(settings)
+        self._valkey = SharedValkey(settings) if settings.valkey_url is not None else None
+        self.store = build_store(settings, self._valkey)
         self.engine = build_engine(registry, settings, self.store) if serve_requests else None
         self.worker = build_worker(registry, settings, self.store) if not settings.worker.no_workers else None
         self.shim: LegacyShim | None = None
@@ -145,7 +167,7 @@ class Runtime:
         self._opening: asyncio.Task[None] | None = None
         if self.engine is not None and not settings.legacy.no_legacy:
             engine = self.engine
-            self._sessions = build_sessions(settings)
+            self._sessions = build_sessions(settings, self._valkey)
             info = {"name": engine.registry.name, "version": engine.registry.version}
             self.shim = build_shim(
                 EngineUpstream(engine),
@@ -204,6 +226,8 @@ class Runtime:
         if self._sessions is not None:
             await self._sessions.close()
         await self.store.close()
+        if self._valkey is not None:
+            await self._valkey.close()
 
 
 def serve_app(settings: Settings) -> tuple[Runtime, App]:
@@ -228,12 +252,15 @@ def proxy_app(settings: Settings, upstream_url: str, version: str) -> App:
     from .http import create_app
 
     upstream = HttpUpstream(upstream_url)
-    sessions = build_sessions(settings)
+    shared = SharedValkey(settings) if settings.valkey_url is not None else None
+    sessions = build_sessions(settings, shared)
     info = {"name": "ext-tasks-proxy", "version": version}
     shim = build_shim(upstream, sessions, build_codec(settings, "ext-tasks-proxy"), settings, info)
 
     async def close() -> None:
         await sessions.close()
+        if shared is not None:
+            await shared.close()
         await upstream.close()
 
     router = EraRouter(ForwardingHandler(upstream), shim)

@@ -71,7 +71,7 @@ class Engine:
         self.registry = registry
         self.tasks = tasks
         self.waits = waits or WaitLimit(self.options.max_waits)
-        self.hub = ChangeHub(tasks.store.task_events, tasks.event_of) if tasks is not None else ChangeHub()
+        self.hub = ChangeHub(tasks.store.watch, tasks.event_of) if tasks is not None else ChangeHub()
         cache = CacheOptions(self.options.cache_ttl_ms, cache_scope)
         self.core = CoreMethods(registry, codec, cache, tasks, claim_once=claim_once)
         self.subscriptions = Subscriptions(self.hub, self.waits, tasks, self.options.keepalive_s, self._result)

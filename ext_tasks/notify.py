@@ -1,13 +1,15 @@
 """In-process fan-out of change events to open ``subscriptions/listen`` streams.
 
-List changes are published by this process's registry. Task changes come from the task store, which
-announces every commit fleet-wide; the hub consumes that announcement only while some stream here
-watches a task, and hands each event to the streams watching that task.
+List changes are published by this process's registry. Task changes come from the task store, one
+task at a time: while some stream here watches a task, the hub follows that task's changes
+(``store.watch``, a sharded channel on Valkey) and hands each change to the streams watching it. A task
+nobody here watches costs this process nothing, and a commit of a task nobody anywhere watches is
+published nowhere.
 
-If the store's announcement breaks (a Valkey restart or blip), the hub subscribes again with backoff and
-streams carry on: once it is live again, the hub reads each watched task and hands on the changes it
-missed (a task's state, when its version moved past the last one the streams got), so a listener never
-waits for a transition that happened during the gap.
+If a task's subscription breaks (a Valkey restart or blip, a slot moving to another node), the store
+subscribes again and says so; the hub then reads the task and hands on the change it missed (the
+task's state, when its version moved past the last one the streams got), so a listener never waits for
+a transition that happened during the gap. A watched task that is gone ends the streams watching it.
 
 Each listener gets its own bounded queue. A listener too slow to keep up loses its oldest events rather
 than holding memory or slowing the publisher: list-changed notifications are hints to re-fetch, so
@@ -20,6 +22,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -28,7 +31,8 @@ logger = logging.getLogger("ext_tasks.notify")
 _QUEUE_SIZE: Final = 256
 _BACKOFF_MAX_S: Final = 5.0
 
-TaskEvents = Callable[[], AsyncIterator[dict[str, Any]]]
+#: The store's ``watch``: a task's changes (``None`` when live, and again after a break).
+Watch = Callable[[str], AbstractAsyncContextManager[asyncio.Queue[dict[str, Any] | None]]]
 #: The store event of a task as it is now, or ``None`` if it is gone.
 CurrentEvent = Callable[[str], Awaitable[dict[str, Any] | None]]
 
@@ -47,14 +51,16 @@ _CLOSED: Final = ChangeEvent(kind="__closed__")
 
 
 class ChangeHub:
-    def __init__(self, task_events: TaskEvents | None = None, current: CurrentEvent | None = None) -> None:
+    def __init__(self, watch: Watch | None = None, current: CurrentEvent | None = None) -> None:
         self._queues: set[asyncio.Queue[ChangeEvent]] = set()
         self._watching: dict[asyncio.Queue[ChangeEvent], frozenset[str]] = {}
-        self._task_events = task_events
+        self._watch = watch
         self._current = current
         #: The newest version handed on, per watched task (what a catch-up compares against).
         self._versions: dict[str, int] = {}
-        self._consumer: asyncio.Task[None] | None = None
+        #: One follower per task some stream here watches, and when it was first live.
+        self._followers: dict[str, asyncio.Task[None]] = {}
+        self._live: dict[str, asyncio.Future[None]] = {}
         self._closed = False
 
     def publish(self, event: ChangeEvent) -> None:
@@ -68,51 +74,65 @@ class ChangeHub:
             queue.put_nowait(_CLOSED)
         self._queues.add(queue)
         try:
-            if task_ids:
+            if task_ids and not self._closed:
                 self._watching[queue] = task_ids
-                await self._consume_task_events()
+                await self._follow(task_ids)
             yield queue
         finally:
             self._queues.discard(queue)
             self._watching.pop(queue, None)
-            if not self._watching and self._consumer is not None:
-                self._consumer.cancel()
-                self._consumer = None
             still = set().union(*self._watching.values()) if self._watching else set()
             for task_id in task_ids - still:
                 self._versions.pop(task_id, None)
+                self._live.pop(task_id, None)
+                follower = self._followers.pop(task_id, None)
+                if follower is not None:
+                    follower.cancel()
 
-    async def _consume_task_events(self) -> None:
-        if self._task_events is None or (self._consumer is not None and not self._consumer.done()):
+    def followed(self) -> int:
+        """How many tasks this process follows for its streams."""
+        return len(self._followers)
+
+    async def _follow(self, task_ids: frozenset[str]) -> None:
+        """Follow each of ``task_ids`` not followed yet; return once every one is live (raise the
+        store's error, e.g. unavailable, if a first subscription fails)."""
+        if self._watch is None:
             return
-        ready = asyncio.Event()
-        self._consumer = asyncio.create_task(self._consume(ready), name="ext-tasks-task-events")
-        waiting = asyncio.create_task(ready.wait())
-        await asyncio.wait({waiting, self._consumer}, return_when=asyncio.FIRST_COMPLETED)
-        if not ready.is_set():
-            waiting.cancel()
-            self._consumer.result()  # the store failed to subscribe: raise its error (e.g. unavailable)
+        waiting = []
+        for task_id in sorted(task_ids):
+            live = self._live.get(task_id)
+            if live is None or task_id not in self._followers:
+                live = self._live[task_id] = asyncio.get_running_loop().create_future()
+                self._followers[task_id] = asyncio.create_task(self._follower(task_id, live), name="ext-tasks-follow")
+            waiting.append(live)  # a follower another stream started may not be live yet either
+        await asyncio.gather(*(asyncio.shield(live) for live in waiting))
 
-    async def _consume(self, ready: asyncio.Event) -> None:
-        """Hand on the store's task events; after the first live moment, survive the store breaking."""
-        assert self._task_events is not None
+    async def _follower(self, task_id: str, live: asyncio.Future[None]) -> None:
+        """Hand on the task's changes; after the first live moment, survive the store breaking."""
+        assert self._watch is not None
         backoff_s = 0.1
         while True:
             try:
-                async for event in self._task_events():
-                    if event:
-                        self._dispatch(event)
-                    elif not ready.is_set():
-                        ready.set()  # the store's subscription is live: no later change can be missed
-                    else:
-                        await self._catch_up()  # live again after a break: what did we miss?
-                    backoff_s = 0.1
+                async with self._watch(task_id) as changes:
+                    while True:
+                        change = await changes.get()
+                        if change is not None:
+                            self._dispatch(change)
+                        elif not live.done():
+                            live.set_result(None)  # no later change can be missed
+                        else:
+                            await self._catch_up(task_id)  # live again after a break: what did we miss?
+                        backoff_s = 0.1
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:
-                if not ready.is_set():
-                    raise
-                logger.warning("task events interrupted (%s); subscribing again", type(exc).__name__)
+            except Exception as exc:  # noqa: BLE001 - whatever broke the subscription: subscribe again
+                if not live.done():
+                    live.set_exception(exc)
+                    if self._followers.get(task_id) is asyncio.current_task():
+                        del self._followers[task_id]
+                        del self._live[task_id]
+                    return
+                logger.warning("changes of a task interrupted (%s); subscribing again", type(exc).__name__)
             await asyncio.sleep(backoff_s)
             backoff_s = min(backoff_s * 2, _BACKOFF_MAX_S)
             # The next subscription's first live moment is a reconnection: the loop above catches up.
@@ -120,39 +140,37 @@ class ChangeHub:
     def _dispatch(self, event: dict[str, Any]) -> None:
         task_id = event.get("taskId")
         version = event.get("version")
-        delivered = False
+        if isinstance(task_id, str) and isinstance(version, int):
+            if version <= self._versions.get(task_id, 0):
+                return  # already handed on (a catch-up raced the change itself)
+            self._versions[task_id] = version
         for queue, watched in list(self._watching.items()):
             if task_id in watched:
                 _put_dropping_oldest(queue, ChangeEvent(kind="task", task=event))
-                delivered = True
-        if delivered and isinstance(task_id, str) and isinstance(version, int):
-            self._versions[task_id] = max(version, self._versions.get(task_id, 0))
 
-    async def _catch_up(self) -> None:
+    async def _catch_up(self, task_id: str) -> None:
         if self._current is None:
             return
-        watched = set().union(*self._watching.values()) if self._watching else set()
-        gone: set[str] = set()
-        for task_id in sorted(watched):
-            try:
-                event = await self._current(task_id)
-            except Exception:  # noqa: BLE001 - the store broke again: the next live moment retries
-                return
-            if event is None:
-                gone.add(task_id)  # lost with the store (it came back empty)
-            elif event.get("version", 0) > self._versions.get(task_id, 0):
-                self._dispatch(event)
-        # A stream watching a task that no longer exists ends with its final result: the client
-        # subscribes again and learns from the new acknowledgement which of its tasks are left.
+        try:
+            event = await self._current(task_id)
+        except Exception:  # noqa: BLE001 - the store broke again: the next live moment retries
+            return
+        if event is not None:
+            self._dispatch(event)
+            return
+        # Lost with the store (it came back empty): a stream watching it ends with its final result;
+        # the client subscribes again and learns from the new acknowledgement which tasks are left.
         for queue, task_ids in list(self._watching.items()):
-            if task_ids & gone:
+            if task_id in task_ids:
                 _put_dropping_oldest(queue, _CLOSED)
 
     def close(self) -> None:
         """End every subscription (server shutdown): each stream then closes gracefully."""
         self._closed = True
-        if self._consumer is not None:
-            self._consumer.cancel()
+        for follower in self._followers.values():
+            follower.cancel()
+        self._followers.clear()
+        self._live.clear()
         for queue in self._queues:
             _put_dropping_oldest(queue, _CLOSED)
 

@@ -16,7 +16,6 @@ import hashlib
 import logging
 import math
 import random
-import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Final
@@ -52,6 +51,7 @@ from .store.base import (
     TooManyActiveTasks,
     TooManyStoredTasks,
 )
+from .store.keys import new_task_id
 from .tools import Tool
 
 logger = logging.getLogger("ext_tasks.lifecycle")
@@ -69,11 +69,6 @@ def _scoped(scope: str, value: str) -> str:
     """A fixed-length digest of ``value`` within ``scope`` (keys of different principals never collide,
     and neither the principal nor the client's key is stored in clear)."""
     return hashlib.sha256(f"{scope}\0{value}".encode()).hexdigest()
-
-
-def new_task_id() -> str:
-    # 144 random bits: task ids may act as bearer tokens, so they must not be guessable.
-    return secrets.token_urlsafe(18)
 
 
 class TaskMethods:
@@ -114,8 +109,17 @@ class TaskMethods:
         """
         now = self._clock_ms()
         ttl_ms = self.ttl_for(tool, envelope.ttl_hint_ms)
+        claim = None
+        if envelope.idempotency_key is not None:
+            claim = IdempotencyClaim(
+                key=_scoped(principal.id, envelope.idempotency_key),
+                fingerprint=_scoped(tool.name, digest_arguments(arguments)),
+                # The key never outlives the task it names.
+                window_ms=min(self.options.idempotency_window_ms, ttl_ms),
+            )
         record = TaskRecord(
-            task_id=new_task_id(),
+            # Under an idempotency key the task takes the key's partition: every resend meets the key.
+            task_id=new_task_id(claim.partition if claim is not None else None),
             owner=principal.id,
             tool=tool.name,
             arguments=dict(arguments),
@@ -131,14 +135,6 @@ class TaskMethods:
             answers=dict(answers or {}),
             state=state,
         )
-        claim = None
-        if envelope.idempotency_key is not None:
-            claim = IdempotencyClaim(
-                key=_scoped(principal.id, envelope.idempotency_key),
-                fingerprint=_scoped(tool.name, digest_arguments(arguments)),
-                # The key never outlives the task it names.
-                window_ms=min(self.options.idempotency_window_ms, ttl_ms),
-            )
         cap, stored_cap = self.options.max_active_tasks, self.options.max_stored_tasks
         limit = ActiveLimit(cap, now, stored_cap) if cap > 0 or stored_cap > 0 else None
         try:
@@ -212,7 +208,7 @@ class TaskMethods:
         if shrunk is not None:
             # The outcome is handed out for the first time: a sensitive one has what is left of its life
             # shortened before replying, so the ttlMs the client sees is already the truth.
-            if await self.store.commit(shrunk, expect_version=record.version):
+            if await self.store.commit(record, shrunk):
                 task_event(record.status, TaskEvent.DELIVERED, shrunk, ttl_ms=shrunk.ttl_ms)
                 record = shrunk
             else:
@@ -228,7 +224,7 @@ class TaskMethods:
                 return dict(_ACK)  # nothing outstanding was answered: ignored, as the spec asks
             resumed = merged.status is TaskStatus.WORKING
             event = TaskEvent.INPUT_PROVIDED if resumed else TaskEvent.ANSWERED
-            if await self.store.commit(merged, expect_version=record.version, enqueue=resumed):
+            if await self.store.commit(record, merged, enqueue=resumed):
                 task_event(record.status, event, merged, keys=len(responses))
                 return dict(_ACK)
         raise AssertionError("unreachable: _attempts raises when it gives up")
@@ -239,7 +235,7 @@ class TaskMethods:
             if record.terminal:
                 return dict(_ACK)  # cancelling a finished task is acknowledged, idempotently
             gone = cancelled(record, self._clock_ms())
-            if await self.store.commit(gone, expect_version=record.version, cancel=True):
+            if await self.store.commit(record, gone):
                 task_event(record.status, TaskEvent.CANCEL_REQUESTED, gone)
                 return dict(_ACK)
         raise AssertionError("unreachable: _attempts raises when it gives up")

@@ -2,23 +2,25 @@
 
 A worker runs inside every server process (and alone as ``ext-tasks worker``). For each run it:
 
-1. reads the record; skips runs of tasks that are gone, terminal or waiting for input;
-2. counts the attempt (a committed transition, so a reclaimed run sees it); past the attempt limit the
-   task ends ``failed``;
-3. calls the tool with every answer so far and its saved state (``ctx.task_id`` is stable across
+1. reads the record (one read: the queue already counted the attempt, ``Run.attempt``); skips runs of
+   tasks that are gone, terminal or waiting for input; past the attempt limit the task ends ``failed``;
+2. calls the tool with every answer so far and its saved state (``ctx.task_id`` is stable across
    re-runs and recoveries: tools use it as their idempotency key);
-4. commits ``completed``, ``failed`` or ``input_required``; a commit that loses (the task was cancelled
-   meanwhile) is dropped, which is the correct outcome.
+3. commits ``completed``, ``failed`` or ``input_required`` and acknowledges the run in the same step; a
+   commit that loses (the task was cancelled meanwhile) is dropped, which is the correct outcome.
 
 While runs are in flight the worker heartbeats them; a run whose worker stops heartbeating for longer
-than the lease is reclaimed by another worker (so a run is executed *at least once*). Cancellations
-arrive through the store's broadcast and cancel the running coroutine at once.
+than the lease is reclaimed by another worker (so a run is executed *at least once*). A run still going
+after :data:`WATCH_AFTER_S` watches its task, so a cancellation from any instance stops the running
+coroutine at once; shorter runs cost no subscription (a cancellation that beats them loses nothing:
+their outcome's compare-and-set fails).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import socket
@@ -43,7 +45,6 @@ from .protocol.tasks import (
     failed,
     input_requested,
     rerun_requested,
-    run_started,
     status_reported,
 )
 from .protocol.versions import MODERN_2026_07_28
@@ -53,6 +54,10 @@ from .tools import ToolRegistry
 logger = logging.getLogger("ext_tasks.worker")
 
 _encoder: Final = msgspec.json.Encoder()
+#: How long a run goes before it watches its task for a cancellation.
+WATCH_AFTER_S: Final = 0.05
+#: How often the queue depth gauge is refreshed.
+_DEPTH_EVERY_S: Final = 15.0
 #: What a run ended with: the table's event, and the record after it.
 _Outcome = tuple[TaskEvent, TaskRecord]
 
@@ -78,7 +83,8 @@ class Worker:
         self._clock_ms = clock_ms
         #: Runs executing here, by delivery id (one task may briefly have two: a finishing run that is
         #: still acknowledging, and the next run that an answer queued).
-        self._running: dict[str, tuple[Run, asyncio.Task[None]]] = {}
+        #: Keyed by (task id, delivery): a delivery id is unique within one partition's stream only.
+        self._running: dict[tuple[str, str], tuple[Run, asyncio.Task[None]]] = {}
         self._loops: list[asyncio.Task[None]] = []
         self._down: set[str] = set()
         self._stopping = asyncio.Event()
@@ -89,9 +95,6 @@ class Worker:
         self._loops = [
             asyncio.create_task(self._supervised("take-runs", self._take_runs), name="ext-tasks-take-runs"),
             asyncio.create_task(self._supervised("heartbeats", self._heartbeats), name="ext-tasks-heartbeats"),
-            asyncio.create_task(
-                self._supervised("cancellations", self._listen_for_cancellations), name="ext-tasks-cancellations"
-            ),
         ]
 
     @property
@@ -156,37 +159,59 @@ class Worker:
                 self._spawn(run)
 
     def _spawn(self, run: Run) -> None:
-        if run.delivery in self._running:
+        key = (run.task_id, run.delivery)
+        if key in self._running:
             # Our own run, handed back to us by a reclaim while it still runs here (a heartbeat was
             # late): the running execution goes on and acknowledges it; a second one would only race it.
             return
         task = asyncio.create_task(self._execute_and_ack(run), name=f"ext-tasks-run-{run.task_id}")
-        self._running[run.delivery] = (run, task)
-        task.add_done_callback(lambda _: self._running.pop(run.delivery, None))
+        watcher = asyncio.create_task(self._stop_when_cancelled(run, task), name=f"ext-tasks-watch-{run.task_id}")
+        self._running[key] = (run, task)
+
+        def ended(_: object) -> None:
+            watcher.cancel()
+            self._running.pop(key, None)
+
+        task.add_done_callback(ended)
+
+    async def _stop_when_cancelled(self, run: Run, execution: asyncio.Task[None]) -> None:
+        """Cancel ``execution`` as soon as its task is cancelled, from any instance."""
+        await asyncio.sleep(WATCH_AFTER_S)  # most runs end before anyone could cancel them
+        while not execution.done():
+            try:
+                async with self.store.watch(run.task_id) as changes:
+                    while True:
+                        change = await changes.get()
+                        if change is None:  # live (again): was it cancelled before we listened?
+                            found = await self.store.lookup(run.task_id)
+                            gone = not isinstance(found, TaskRecord) or found.status is TaskStatus.CANCELLED
+                        else:
+                            gone = change.get("task", {}).get("status") == TaskStatus.CANCELLED.value
+                        if gone:
+                            execution.cancel()
+                            return
+            except TaskStoreUnavailable:
+                await asyncio.sleep(1.0)
 
     async def _heartbeats(self) -> None:
+        depth_due = 0.0
         while True:
             await asyncio.sleep(self.options.lease_s / 3)
             runs = [run for run, _ in self._running.values()]
             with contextlib.suppress(TaskStoreUnavailable):
                 await self.store.heartbeat(self.consumer, runs)
-                QUEUE_DEPTH.set(await self.store.queue_depth())
-
-    async def _listen_for_cancellations(self) -> None:
-        while True:
-            try:
-                async for task_id in self.store.cancellations():
-                    for run, execution in list(self._running.values()):
-                        if run.task_id == task_id:
-                            execution.cancel()
-            except TaskStoreUnavailable:
-                await asyncio.sleep(1.0)
+                if time.monotonic() >= depth_due:
+                    depth_due = time.monotonic() + _DEPTH_EVERY_S
+                    QUEUE_DEPTH.set(await self.store.queue_depth())
 
     # --- one run ----------------------------------------------------------------------------------
 
     async def _execute_and_ack(self, run: Run) -> None:
+        holder = _Current(run)
         try:
-            await self.execute(run.task_id)
+            await self._execute(holder)
+            if holder.acknowledged:
+                return
         except asyncio.CancelledError:
             if self._stopping.is_set():
                 raise  # shutdown: `stop` gives the run back to the queue
@@ -199,34 +224,45 @@ class Worker:
         with contextlib.suppress(TaskStoreUnavailable):
             await self.store.ack(run)
 
-    async def execute(self, task_id: str) -> TaskRecord | None:
-        """Run one task to its next resting point; returns the committed record (``None`` if skipped)."""
-        record = await self.store.lookup(task_id)
+    async def execute(self, task_id: str, *, attempt: int = 1) -> TaskRecord | None:
+        """Run one task to its next resting point, as its ``attempt``-th delivery; returns the committed
+        record (``None`` if skipped)."""
+        return await self._execute(_Current(Run(task_id=task_id, delivery="", attempt=attempt)))
+
+    async def _execute(self, holder: _Current) -> TaskRecord | None:
+        run = holder.run
+        record = await self.store.lookup(run.task_id)
         if not isinstance(record, TaskRecord) or record.status is not TaskStatus.WORKING:
             return None
-        if record.attempts >= self.options.max_attempts:
-            error = InternalError(f"The task's run was interrupted {record.attempts} times; giving up").to_error()
-            outcome = failed(record, error, self._clock_ms())
-            if not await self.store.commit(outcome, expect_version=record.version):
+        holder.stored = record
+        interrupted = run.attempt - 1
+        if interrupted >= self.options.max_attempts:
+            error = InternalError(f"The task's run was interrupted {interrupted} times; giving up").to_error()
+            outcome = failed(dataclasses.replace(record, attempts=interrupted), error, self._clock_ms())
+            if not await self._commit(holder, outcome):
                 return None
-            task_event(record.status, TaskEvent.FAILED, outcome, attempts=record.attempts)
+            task_event(record.status, TaskEvent.FAILED, outcome, attempts=interrupted)
             return outcome
-        claimed = run_started(record, self._clock_ms())
-        if not await self.store.commit(claimed, expect_version=record.version):
-            return None  # another worker or a cancellation got there first
-        task_event(record.status, TaskEvent.RUN_STARTED, claimed)
-        holder = _Current(claimed)
+        task_event(record.status, TaskEvent.RUN_STARTED, holder.working, attempt=run.attempt)
         event, outcome = await self._outcome(holder)
         # A state-only question leaves the task working with new state: it must be queued again.
         rerun = event is TaskEvent.RERUN_REQUESTED
-        current = holder.record
-        if await self.store.commit(outcome, expect_version=current.version, enqueue=rerun):
-            task_event(current.status, event, outcome, attempt=claimed.attempts)
+        status = record.status
+        if await self._commit(holder, outcome, enqueue=rerun):
+            task_event(status, event, outcome, attempt=run.attempt)
             return outcome
         return None
 
+    async def _commit(self, holder: _Current, outcome: TaskRecord, *, enqueue: bool = False) -> bool:
+        """Commit the run's outcome and acknowledge the run in the same step."""
+        assert holder.stored is not None
+        finishing = holder.run if holder.run.delivery else None
+        committed = await self.store.commit(holder.stored, outcome, enqueue=enqueue, finishing=finishing)
+        holder.acknowledged = committed and finishing is not None
+        return committed
+
     async def _outcome(self, holder: _Current) -> _Outcome:
-        record = holder.record
+        record = holder.working
         tool = self.registry.tools.get(record.tool)
         if tool is None:
             return TaskEvent.FAILED, failed(
@@ -234,11 +270,12 @@ class Worker:
             )
 
         async def set_status(message: str) -> None:
-            current = holder.record
+            current, stored = holder.working, holder.stored
+            assert stored is not None
             updated = status_reported(current, message, self._clock_ms())
-            if await self.store.commit(updated, expect_version=current.version):
+            if await self.store.commit(stored, updated):
                 task_event(current.status, TaskEvent.STATUS_REPORTED, updated)
-                holder.record = updated
+                holder.stored = updated
 
         ctx = Context(
             principal=Principal(record.owner),
@@ -254,14 +291,14 @@ class Worker:
             missing = missing_capabilities(asked.requests.values(), record.client_capabilities)
             if missing:
                 refused = MissingClientCapability(missing).to_error()
-                return TaskEvent.FAILED, failed(holder.record, refused, self._clock_ms())
+                return TaskEvent.FAILED, failed(holder.working, refused, self._clock_ms())
             state = asked.state if asked.state is not None else ctx.state
             if not asked.requests:
-                return TaskEvent.RERUN_REQUESTED, rerun_requested(holder.record, state, self._clock_ms())
+                return TaskEvent.RERUN_REQUESTED, rerun_requested(holder.working, state, self._clock_ms())
             requests = {key: request.to_wire() for key, request in asked.requests.items()}
-            return TaskEvent.INPUT_REQUESTED, input_requested(holder.record, requests, state, self._clock_ms())
+            return TaskEvent.INPUT_REQUESTED, input_requested(holder.working, requests, state, self._clock_ms())
         except ProtocolError as exc:
-            return TaskEvent.FAILED, failed(holder.record, exc.to_error(), self._clock_ms())
+            return TaskEvent.FAILED, failed(holder.working, exc.to_error(), self._clock_ms())
         result["resultType"] = "complete"
         size = len(_encoder.encode(result))
         if size > self.options.max_result_bytes:
@@ -270,12 +307,23 @@ class Worker:
                 f"The tool's result is too large to keep ({size} bytes; the limit is "
                 f"{self.options.max_result_bytes}, EXT_TASKS_MAX_RESULT_BYTES)"
             )
-            return TaskEvent.FAILED, failed(holder.record, error.to_error(), self._clock_ms())
-        return TaskEvent.SUCCEEDED, completed(holder.record, result, self._clock_ms())
+            return TaskEvent.FAILED, failed(holder.working, error.to_error(), self._clock_ms())
+        return TaskEvent.SUCCEEDED, completed(holder.working, result, self._clock_ms())
 
 
 class _Current:
-    """The worker's latest committed version of the record it runs (status messages bump it)."""
+    """One run in progress: the record as last committed (status messages bump it), and whether the
+    run was acknowledged with its outcome."""
 
-    def __init__(self, record: TaskRecord) -> None:
-        self.record = record
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self.stored: TaskRecord | None = None
+        self.acknowledged = False
+
+    @property
+    def working(self) -> TaskRecord:
+        """The stored record with this run's attempt counted (committed with the next change)."""
+        assert self.stored is not None
+        if self.stored.attempts == self.run.attempt:
+            return self.stored
+        return dataclasses.replace(self.stored, attempts=self.run.attempt)

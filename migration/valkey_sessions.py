@@ -1,114 +1,162 @@
 """Legacy sessions in Valkey, so any instance serves any request of a 2025-11-25 session.
 
-On the shared plumbing of the task store (``ext_tasks.store.plumbing``): a bounded connection pool, the
-one "store unavailable" mapping (HTTP 503, "retry later"), and one pub/sub connection per process for
-every session bus subscription of the process (fanned out in memory).
+On the shared plumbing of the task store (``ext_tasks.store``): the same :class:`Topology` (one Valkey
+or a cluster, one client per process), the same key schema, the one "store unavailable" mapping (HTTP
+503, "retry later"), the same JSON codec, and sharded channels for each session's message bus (one
+subscriber connection per node for every session of the process).
+
+Every step touches one key, except creating a session, which is two single-slot steps like a task's
+creation: take a place among the principal's live sessions (checking the cap atomically), then store
+the session. A process that dies in between leaves the place taken until it lapses with the session
+lifetime.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
 from collections.abc import AsyncIterator
 from typing import Any, Final
 
-from ext_tasks.store.plumbing import Channels, connect, unavailable_on_connection_errors
+from ext_tasks.store.channels import ShardedChannels
+from ext_tasks.store.codec import decode_json, encode_json
+from ext_tasks.store.keys import KeySchema
+from ext_tasks.store.plumbing import MAX_CONNECTIONS, Topology, unavailable_on_connection_errors
+from ext_tasks.store.scripts import Script
 
 from .sessions import RECONNECTED, LegacySession, TooManySessions
 
 #: Take a key unless another holder has it; extend it for the same holder.
-_HOLD: Final = """
-local holder = redis.call('GET', KEYS[1])
-if holder and holder ~= ARGV[1] then return 0 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+HOLD: Final = Script(
+    "hold a key",
+    keys=("held",),
+    args=("holder", "ttl_ms"),
+    body="""
+local current = redis.call('GET', held)
+if current and current ~= holder then return 0 end
+redis.call('SET', held, holder, 'PX', ttl_ms)
 return 1
-"""
-_LET_GO: Final = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+""",
+)
+LET_GO: Final = Script(
+    "let a key go",
+    keys=("held",),
+    args=("holder",),
+    body="""
+if redis.call('GET', held) == holder then redis.call('DEL', held) end
 return 0
-"""
-#: Create a session unless its principal already has ``cap`` live ones (KEYS: session, principal's set).
-_CREATE: Final = """
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[3])
-if tonumber(ARGV[4]) > 0 and redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[4]) then return 0 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-redis.call('ZADD', KEYS[2], ARGV[3] + ARGV[2], ARGV[5])
-redis.call('PEXPIRE', KEYS[2], ARGV[2])
+""",
+)
+#: A place among the principal's live sessions, unless it already has ``cap`` of them.
+TAKE_PLACE: Final = Script(
+    "take a session place",
+    keys=("sessions_of",),
+    args=("session_id", "now_ms", "until_ms", "ttl_ms", "cap"),
+    body="""
+redis.call('ZREMRANGEBYSCORE', sessions_of, '-inf', now_ms)
+if tonumber(cap) > 0 and redis.call('ZCARD', sessions_of) >= tonumber(cap) then return 0 end
+redis.call('ZADD', sessions_of, until_ms, session_id)
+redis.call('PEXPIRE', sessions_of, ttl_ms)
 return 1
-"""
+""",
+)
+#: SPUBLISH routed by the channel (declared as the script's key: the cluster client routes by keys).
+PUBLISH: Final = Script(
+    "publish to a session",
+    keys=("channel",),
+    args=("message",),
+    body="""
+return redis.call('SPUBLISH', channel, message)
+""",
+)
 _INDEX_DAYS: Final = 7
 
 
 class ValkeySessionStore:
-    def __init__(self, url: str, *, prefix: str = "ext-tasks", ttl_s: int = 3600, max_connections: int = 64) -> None:
-        self._client = connect(url, max_connections=max_connections)
-        self._channels = Channels(self._client)
-        self._prefix = prefix
-        self._ttl_s = ttl_s
-        self._hold = self._client.register_script(_HOLD)
-        self._let_go = self._client.register_script(_LET_GO)
-        self._create = self._client.register_script(_CREATE)
+    """``ValkeySessionStore("valkey://...")`` owns its connections; the composition root passes the
+    task store's :class:`Topology` and :class:`ShardedChannels` instead, so the two share them."""
 
-    def _key(self, kind: str, name: str) -> str:
-        return f"{self._prefix}:{kind}:{name}"
+    def __init__(
+        self,
+        target: str | Topology,
+        *,
+        prefix: str = "ext-tasks",
+        ttl_s: int = 3600,
+        max_connections: int = MAX_CONNECTIONS,
+        channels: ShardedChannels | None = None,
+    ) -> None:
+        self._owns_topology = isinstance(target, str)
+        self._topology = (
+            Topology.from_url(target, max_connections=max_connections) if isinstance(target, str) else target
+        )
+        self._owns_channels = channels is None
+        self._channels = channels or ShardedChannels(self._topology)
+        self._client: Any = self._topology.client
+        self._keys = KeySchema(prefix)
+        self._ttl_s = ttl_s
+        self._hold = HOLD.bind(self._client)
+        self._let_go = LET_GO.bind(self._client)
+        self._take_place = TAKE_PLACE.bind(self._client)
+        self._publish = PUBLISH.bind(self._client)
 
     async def create(self, session: LegacySession, cap: int) -> None:
-        keys = [self._key("session", session.session_id), self._key("sessions-of", session.principal)]
-        args: list[str | int] = [json.dumps(session.to_json()), self._ttl_s * 1000, _now_ms(), cap, session.session_id]
+        ttl_ms = self._ttl_s * 1000
+        now = _now_ms()
         with unavailable_on_connection_errors():
-            created = await self._create(keys=keys, args=args)
-        if not created:
-            raise TooManySessions(session.principal)
+            placed = await self._take_place(
+                keys={"sessions_of": self._keys.sessions_of(session.principal)},
+                args={
+                    "session_id": session.session_id,
+                    "now_ms": now,
+                    "until_ms": now + ttl_ms,
+                    "ttl_ms": ttl_ms,
+                    "cap": cap,
+                },
+            )
+            if not placed:
+                raise TooManySessions(session.principal)
+            await self._client.set(self._keys.session(session.session_id), encode_json(session.to_json()), px=ttl_ms)
 
     async def save(self, session: LegacySession) -> None:
         with unavailable_on_connection_errors():
             await self._client.set(
-                self._key("session", session.session_id), json.dumps(session.to_json()), ex=self._ttl_s
+                self._keys.session(session.session_id), encode_json(session.to_json()), ex=self._ttl_s
             )
 
     async def load(self, session_id: str) -> LegacySession | None:
-        key = self._key("session", session_id)
+        key = self._keys.session(session_id)
         with unavailable_on_connection_errors():
             raw = await self._client.getex(key, ex=self._ttl_s)  # every use extends the session's life
             if raw is None:
                 return None
-            session = LegacySession.from_json(json.loads(raw))
+            session = LegacySession.from_json(decode_json(raw))
             # ... and its place among its principal's live sessions.
             await self._client.zadd(
-                self._key("sessions-of", session.principal), {session_id: _now_ms() + self._ttl_s * 1000}, xx=True
+                self._keys.sessions_of(session.principal), {session_id: _now_ms() + self._ttl_s * 1000}, xx=True
             )
         return session
 
     async def delete(self, session: LegacySession) -> None:
         with unavailable_on_connection_errors():
-            await self._client.delete(self._key("session", session.session_id))
-            await self._client.zrem(self._key("sessions-of", session.principal), session.session_id)
+            await self._client.delete(self._keys.session(session.session_id))
+            await self._client.zrem(self._keys.sessions_of(session.principal), session.session_id)
 
     async def publish(self, session_id: str, message: dict[str, Any]) -> None:
         with unavailable_on_connection_errors():
-            await self._client.publish(self._key("session-bus", session_id), json.dumps(message))
+            await self._publish(
+                keys={"channel": self._keys.session_bus(session_id)}, args={"message": encode_json(message)}
+            )
 
     @contextlib.asynccontextmanager
     async def subscribe(self, session_id: str) -> AsyncIterator[asyncio.Queue[dict[str, Any]]]:
-        inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        async with self._channels.subscribe(self._key("session-bus", session_id)) as raw:
-            await raw.get()  # live
-
-            async def pump() -> None:
-                while True:
-                    data = await raw.get()
-                    inbox.put_nowait(dict(RECONNECTED) if data is None else json.loads(data))
-
-            reader = asyncio.create_task(pump(), name="ext-tasks-session-bus")
-            try:
-                yield inbox
-            finally:
-                reader.cancel()
+        channel = self._keys.session_bus(session_id)
+        async with self._channels.subscribe(channel, decode_json, live=RECONNECTED) as inbox:
+            await inbox.get()  # the first "live": nothing to catch up on yet
+            yield inbox
 
     async def index_task(self, scope: str, task_id: str, created_ms: int) -> bool:
-        key = self._key("legacy-tasks", scope)
+        key = self._keys.legacy_index(scope)
         with unavailable_on_connection_errors():
             added = await self._client.zadd(key, {task_id: created_ms}, nx=True)
             await self._client.expire(key, _INDEX_DAYS * 86_400)
@@ -116,37 +164,41 @@ class ValkeySessionStore:
 
     async def list_tasks(self, scope: str, offset: int, limit: int) -> list[str]:
         with unavailable_on_connection_errors():
-            found = await self._client.zrange(self._key("legacy-tasks", scope), offset, offset + limit - 1)
+            found = await self._client.zrange(self._keys.legacy_index(scope), offset, offset + limit - 1)
         return [str(task_id) for task_id in found]
 
     async def save_task(self, task: dict[str, Any], ttl_ms: int) -> None:
         with unavailable_on_connection_errors():
-            await self._client.set(self._key("shim-task", str(task["taskId"])), json.dumps(task), px=max(1, ttl_ms))
+            await self._client.set(self._keys.shim_task(str(task["taskId"])), encode_json(task), px=max(1, ttl_ms))
 
     async def load_task(self, task_id: str) -> dict[str, Any] | None:
         with unavailable_on_connection_errors():
-            raw = await self._client.get(self._key("shim-task", task_id))
-        return None if raw is None else dict(json.loads(raw))
+            raw = await self._client.get(self._keys.shim_task(task_id))
+        return None if raw is None else dict(decode_json(raw))
 
     async def mark_cancelled(self, task_id: str, ttl_ms: int) -> None:
         with unavailable_on_connection_errors():
-            await self._client.set(self._key("legacy-cancelled", task_id), "1", px=max(1, ttl_ms))
+            await self._client.set(self._keys.legacy_cancelled(task_id), "1", px=max(1, ttl_ms))
 
     async def was_cancelled(self, task_id: str) -> bool:
         with unavailable_on_connection_errors():
-            return bool(await self._client.exists(self._key("legacy-cancelled", task_id)))
+            return bool(await self._client.exists(self._keys.legacy_cancelled(task_id)))
 
     async def hold(self, key: str, holder: str, ttl_ms: int) -> bool:
         with unavailable_on_connection_errors():
-            return bool(await self._hold(keys=[self._key("held", key)], args=[holder, max(1, ttl_ms)]))
+            return bool(
+                await self._hold(keys={"held": self._keys.held(key)}, args={"holder": holder, "ttl_ms": max(1, ttl_ms)})
+            )
 
     async def let_go(self, key: str, holder: str) -> None:
         with unavailable_on_connection_errors():
-            await self._let_go(keys=[self._key("held", key)], args=[holder])
+            await self._let_go(keys={"held": self._keys.held(key)}, args={"holder": holder})
 
     async def close(self) -> None:
-        await self._channels.close()
-        await self._client.aclose()
+        if self._owns_channels:
+            await self._channels.close()
+        if self._owns_topology:
+            await self._topology.close()
 
 
 def _now_ms() -> int:

@@ -35,7 +35,7 @@ class TaskStatus(StrEnum):
 
 class TaskEvent(StrEnum):
     CREATED = "created"  # tools/call created the task, its first run queued (there is no status before)
-    RUN_STARTED = "run_started"  # a worker took the run and counted the attempt
+    RUN_STARTED = "run_started"  # a worker began a run (logged; the queue counts the attempt, nothing is written)
     STATUS_REPORTED = "status_reported"  # the running function set its statusMessage
     INPUT_REQUESTED = "input_requested"  # the function asked the client something
     ANSWERED = "answered"  # tasks/update answered some, not all, of the outstanding requests

@@ -99,11 +99,6 @@ def input_requested(record: TaskRecord, requests: Mapping[str, dict[str, Any]], 
     )
 
 
-def run_started(record: TaskRecord, now_ms: int) -> TaskRecord:
-    """A worker took the task's run: the attempt is counted (committed, so a run taken over sees it)."""
-    return transition(record, TaskEvent.RUN_STARTED, now_ms, attempts=record.attempts + 1)
-
-
 def status_reported(record: TaskRecord, message: str, now_ms: int) -> TaskRecord:
     """The running function set its ``statusMessage``."""
     return transition(record, TaskEvent.STATUS_REPORTED, now_ms, status_message=message)
@@ -159,19 +154,18 @@ def poll_interval(record: TaskRecord, now_ms: int | None) -> int:
 
 
 def delivered(record: TaskRecord, now_ms: int, grace_ms: int) -> TaskRecord | None:
-    """The record after ``tasks/get`` first handed out its terminal outcome (``None`` if not the first).
+    """A sensitive task's record after ``tasks/get`` first handed out its terminal outcome (``None``
+    if the task is not sensitive, not finished, or was delivered before: then a read writes nothing).
 
-    The delivery time is recorded; for a sensitive task the remaining lifetime also shrinks to
-    ``grace_ms`` from now (never grows), and ``ttlMs`` says so, since it counts from ``createdAt``.
-    It is the table's ``delivered`` edge: the status does not change, and neither does ``lastUpdatedAt``
-    (a read is no update of the task).
+    The delivery time is recorded and the remaining lifetime shrinks to ``grace_ms`` from now (never
+    grows), and ``ttlMs`` says so, since it counts from ``createdAt``. It is the table's ``delivered``
+    edge: the status does not change, and neither does ``lastUpdatedAt`` (a read is no update of the
+    task).
     """
-    if not record.terminal or record.delivered_at_ms is not None:
+    if not record.sensitive or not record.terminal or record.delivered_at_ms is not None:
         return None
-    ttl_ms = record.ttl_ms
-    if record.sensitive:
-        shrunk = now_ms + grace_ms - record.created_at_ms
-        ttl_ms = max(1, shrunk if ttl_ms is None else min(ttl_ms, shrunk))
+    shrunk = now_ms + grace_ms - record.created_at_ms
+    ttl_ms = max(1, shrunk if record.ttl_ms is None else min(record.ttl_ms, shrunk))
     return transition(record, TaskEvent.DELIVERED, record.updated_at_ms, ttl_ms=ttl_ms, delivered_at_ms=now_ms)
 
 

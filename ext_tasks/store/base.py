@@ -1,31 +1,41 @@
-"""The one interface the engine and the workers need from a task store.
+"""What the engine and the workers need from a task store, one small protocol per noun.
 
-Guarantees every implementation gives (the contract tests in ``tests/contract`` check them):
+* :class:`Records`: the tasks themselves (create, read, compare-and-set).
+* :class:`RunQueue`: queued executions of tasks, delivered to workers at least once.
+* :class:`Broadcast`: the changes of one task, to whoever watches it (listeners, the worker running it).
+* :class:`Claims`: single-use keys with a lifetime (single-use requestState, poll-rate limits).
+
+:class:`TaskStore` is all four plus opening and closing. Guarantees every implementation gives (the
+contract tests in ``tests/contract`` check them on memory, one Valkey and a Valkey Cluster):
 
 * ``create`` is durable before it returns, and queues the task's first run in the same atomic step.
   With an :class:`IdempotencyClaim` it first looks the claim's key up, in the same step: if a task
   was already created under it (within its window), nothing is created and that task is named
   instead, so concurrent resends on any instances start exactly one run.
-* ``commit`` is a compare-and-set on ``version``: it applies a new record only if the stored one still
-  has ``expect_version``; otherwise nothing changes and it returns ``False``. When asked, it queues a
-  run and/or announces a cancellation in the same atomic step, so a crash can never leave a task
-  that needs a run without one.
-* Every create and successful commit is announced (``task_events``) in the same atomic step, so
-  listeners on any instance see each transition once and in order.
+* ``commit`` is a compare-and-set on ``version``: it applies ``after`` only if the stored record still
+  has ``before.version``; otherwise nothing changes and it returns ``False``. In the same atomic step it
+  can queue a run (so a crash can never leave a task that needs a run without one) and acknowledge the
+  run that produced the change (so a worker's outcome and its acknowledgement are one round trip).
+* Every successful commit reaches the task's watchers (``watch``), in commit order; a watcher that
+  subscribes and then reads the record misses nothing.
 * Records disappear when their TTL lapses; ``lookup`` then answers :class:`Expired` (for a while) rather
   than ``None``, so clients are told "expired" instead of "not found".
 * Runs are delivered at least once: a run taken by a worker that stops heartbeating is handed to
-  another worker by ``reclaim`` once it has been idle longer than the lease.
+  another worker by ``reclaim`` once it has been idle longer than the lease. ``Run.attempt`` counts the
+  deliveries of the run (a reclaimed or given-back run comes back with the next number).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+import asyncio
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..protocol.errors import Busy
 from ..protocol.tasks import TaskRecord
+from .keys import partition_of_key
 
 
 class Expired:
@@ -54,6 +64,12 @@ class IdempotencyClaim:
     key: str
     fingerprint: str
     window_ms: int
+
+    @property
+    def partition(self) -> str:
+        """The partition a task created under this key must have (``new_task_id(claim.partition)``), so
+        the key and the task share one slot."""
+        return partition_of_key(self.key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,45 +100,46 @@ class ExistingTask:
 
 @dataclass(frozen=True, slots=True)
 class Run:
-    """One queued execution of a task; ``delivery`` identifies it in the queue (for ack/heartbeat)."""
+    """One queued execution of a task. ``delivery`` identifies it in the queue (for ack and heartbeat);
+    ``attempt`` is 1 the first time it is delivered, and one more each time it comes back because its
+    worker stopped (or gave it back at shutdown)."""
 
     task_id: str
     delivery: str
+    attempt: int = 1
 
 
-class TaskStore(Protocol):
-    async def open(self) -> None: ...
+#: What a watcher of a task receives: ``None`` when the subscription is live (again, after a break:
+#: changes may have been missed, read the record), else the task's event
+#: (:func:`~ext_tasks.protocol.tasks.task_event`).
+WatchItem = dict[str, Any] | None
 
-    async def close(self) -> None: ...
 
-    async def ping(self) -> None:
-        """Raise :class:`TaskStoreUnavailable` unless the store answers."""
-        ...
-
+class Records(Protocol):
     async def create(
         self, record: TaskRecord, idempotency: IdempotencyClaim | None = None, limit: ActiveLimit | None = None
     ) -> ExistingTask | None:
         """Create ``record`` (and queue its run); or, if ``idempotency`` names an earlier task, only
-        return that task. With ``limit``, raise :class:`TooManyActiveTasks` instead of creating a task
-        beyond the owner's cap (checked in the same atomic step)."""
-        ...
-
-    async def claim(self, key: str, ttl_ms: int) -> bool:
-        """Take ``key`` for ``ttl_ms`` unless someone holds it: ``True`` the first time, ``False`` after
-        (used for single-use requestState and for polling rate limits)."""
+        return that task. With ``limit``, raise :class:`TooManyActiveTasks` or
+        :class:`TooManyStoredTasks` instead of creating a task beyond the owner's caps."""
         ...
 
     async def lookup(self, task_id: str) -> TaskRecord | Expired | None: ...
 
     async def owners(self, task_ids: Sequence[str]) -> dict[str, str]:
-        """The owner of each live task among ``task_ids`` (in one round trip: listen checks up to a
-        thousand ids at once)."""
+        """The owner of each live task among ``task_ids`` (in one round trip per shard: listen checks up
+        to a thousand ids at once)."""
         ...
 
     async def commit(
-        self, record: TaskRecord, *, expect_version: int, enqueue: bool = False, cancel: bool = False
-    ) -> bool: ...
+        self, before: TaskRecord, after: TaskRecord, *, enqueue: bool = False, finishing: Run | None = None
+    ) -> bool:
+        """Replace ``before`` by ``after`` if the stored version is still ``before.version``. ``enqueue``
+        queues a run; ``finishing`` acknowledges that run, in the same step."""
+        ...
 
+
+class RunQueue(Protocol):
     async def next_runs(self, consumer: str, count: int, block_ms: int) -> list[Run]:
         """Up to ``count`` new runs for ``consumer``, waiting at most ``block_ms`` for one."""
         ...
@@ -137,20 +154,35 @@ class TaskStore(Protocol):
 
     async def ack(self, run: Run) -> None: ...
 
+    async def requeue(self, run: Run) -> None:
+        """Give a run back to the queue at once (graceful shutdown), so another worker takes it; it
+        comes back as the next attempt."""
+        ...
+
     async def queue_depth(self) -> int:
         """Runs queued or in flight (for the metrics)."""
         ...
 
-    async def requeue(self, run: Run) -> None:
-        """Give a run back to the queue at once (graceful shutdown), so another worker takes it."""
+
+class Broadcast(Protocol):
+    def watch(self, task_id: str) -> AbstractAsyncContextManager[asyncio.Queue[WatchItem]]:
+        """The task's changes while the block runs: first ``None`` once nothing committed from then on
+        can be missed, then each committed change (``None`` again after a reconnection)."""
         ...
 
-    def cancellations(self) -> AsyncIterator[str]:
-        """Ids of tasks cancelled anywhere, as they are cancelled."""
+
+class Claims(Protocol):
+    async def claim(self, key: str, ttl_ms: int) -> bool:
+        """Take ``key`` for ``ttl_ms`` unless someone holds it: ``True`` the first time, ``False`` after
+        (used for single-use requestState and for polling rate limits)."""
         ...
 
-    def task_events(self) -> AsyncIterator[dict[str, Any]]:
-        """Every created or committed task (:func:`~ext_tasks.protocol.tasks.task_event`), anywhere, in
-        commit order. The first item is an empty dict, yielded once the subscription is live: nothing
-        committed after it can be missed (earlier events are not replayed)."""
+
+class TaskStore(Records, RunQueue, Broadcast, Claims, Protocol):
+    async def open(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def ping(self) -> None:
+        """Raise :class:`TaskStoreUnavailable` unless the store answers."""
         ...

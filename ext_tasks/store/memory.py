@@ -1,7 +1,8 @@
 """The embedded default: tasks in a dict, runs on an asyncio queue, all in one process.
 
 Each method runs without awaiting in the middle of a change, so on one event loop every operation is
-atomic, which is exactly the guarantee the Valkey store gets from its Lua scripts. Nothing survives the
+atomic, which is exactly the guarantee the Valkey store gets from its Lua scripts. It implements every
+noun of :mod:`.base` in one class: in one process there is nothing to split. Nothing survives the
 process; use the Valkey store when tasks must outlive an instance.
 
 Valkey forgets lapsed keys by itself; here :meth:`MemoryTaskStore.sweep` does, every minute once the
@@ -13,17 +14,28 @@ the embedded default can run for weeks.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any, Final
+from typing import Final
 
 from ..protocol.tasks import TaskRecord, task_event
-from .base import ActiveLimit, ExistingTask, Expired, IdempotencyClaim, Run, TooManyActiveTasks, TooManyStoredTasks
+from .base import (
+    ActiveLimit,
+    ExistingTask,
+    Expired,
+    IdempotencyClaim,
+    Run,
+    TooManyActiveTasks,
+    TooManyStoredTasks,
+    WatchItem,
+)
 from .ceilings import CEILING, within_ceiling
 
 #: How long an expired task is still reported as "expired" rather than "not found".
 TOMBSTONE_MS: Final = 24 * 3600 * 1000
 _SWEEP_EVERY_S: Final = 60.0
+_WATCH_QUEUE: Final = 1024
 
 
 class MemoryTaskStore:
@@ -36,10 +48,10 @@ class MemoryTaskStore:
         self._stored: dict[str, dict[str, int]] = {}
         self._claims: dict[str, int] = {}
         self._sweeper: asyncio.Task[None] | None = None
-        self._queue: asyncio.Queue[str] = asyncio.Queue()
+        #: Queued runs: the task, and how many deliveries of this run came before.
+        self._queue: asyncio.Queue[tuple[str, int]] = asyncio.Queue()
         self._deliveries = 0
-        self._cancel_listeners: set[asyncio.Queue[str]] = set()
-        self._event_listeners: set[asyncio.Queue[dict[str, Any]]] = set()
+        self._watchers: dict[str, set[asyncio.Queue[WatchItem]]] = {}
 
     async def open(self) -> None:
         if self._sweeper is None:
@@ -119,8 +131,7 @@ class MemoryTaskStore:
             self._idempotency[idempotency.key] = (existing, now + idempotency.window_ms)
         if max(len(self._records), len(self._idempotency)) > CEILING:
             self.sweep()
-        self._queue.put_nowait(record.task_id)
-        self._announce(record)
+        self._queue.put_nowait((record.task_id, 0))
         return None
 
     async def owners(self, task_ids: Sequence[str]) -> dict[str, str]:
@@ -149,23 +160,24 @@ class MemoryTaskStore:
         return Expired(tombstone[0])
 
     async def commit(
-        self, record: TaskRecord, *, expect_version: int, enqueue: bool = False, cancel: bool = False
+        self, before: TaskRecord, after: TaskRecord, *, enqueue: bool = False, finishing: Run | None = None
     ) -> bool:
-        current = await self.lookup(record.task_id)
-        if not isinstance(current, TaskRecord) or current.version != expect_version:
+        current = await self.lookup(after.task_id)
+        if not isinstance(current, TaskRecord) or current.version != before.version:
             return False
-        self._records[record.task_id] = record
-        self._announce(record)
-        if record.terminal:
-            self._active.get(record.owner, {}).pop(record.task_id, None)
-        stored = self._stored.get(record.owner, {})
-        if record.task_id in stored and record.expires_at_ms is not None:
-            stored[record.task_id] = record.expires_at_ms
+        self._records[after.task_id] = after
+        if after.terminal:
+            self._active.get(after.owner, {}).pop(after.task_id, None)
+        stored = self._stored.get(after.owner, {})
+        if after.task_id in stored and after.expires_at_ms is not None:
+            stored[after.task_id] = after.expires_at_ms
         if enqueue:
-            self._queue.put_nowait(record.task_id)
-        if cancel:
-            for listener in self._cancel_listeners:
-                listener.put_nowait(record.task_id)
+            self._queue.put_nowait((after.task_id, 0))
+        event = task_event(after)
+        for watcher in self._watchers.get(after.task_id, ()):
+            if watcher.full():  # a watcher too slow to keep up loses its oldest changes, not our memory
+                watcher.get_nowait()
+            watcher.put_nowait(event)
         return True
 
     async def claim(self, key: str, ttl_ms: int) -> bool:
@@ -183,13 +195,13 @@ class MemoryTaskStore:
                 first = await self._queue.get()
         except TimeoutError:
             return []
-        ids = [first]
-        while len(ids) < count and not self._queue.empty():
-            ids.append(self._queue.get_nowait())
+        queued = [first]
+        while len(queued) < count and not self._queue.empty():
+            queued.append(self._queue.get_nowait())
         runs = []
-        for task_id in ids:
+        for task_id, earlier in queued:
             self._deliveries += 1
-            runs.append(Run(task_id=task_id, delivery=str(self._deliveries)))
+            runs.append(Run(task_id=task_id, delivery=str(self._deliveries), attempt=earlier + 1))
         return runs
 
     async def heartbeat(self, consumer: str, runs: list[Run]) -> None:
@@ -205,31 +217,20 @@ class MemoryTaskStore:
         return self._queue.qsize()
 
     async def requeue(self, run: Run) -> None:
-        self._queue.put_nowait(run.task_id)
+        self._queue.put_nowait((run.task_id, run.attempt))
 
-    def _announce(self, record: TaskRecord) -> None:
-        event = task_event(record)
-        for listener in self._event_listeners:
-            listener.put_nowait(event)
-
-    async def task_events(self) -> AsyncIterator[dict[str, Any]]:
-        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        self._event_listeners.add(queue)
+    @contextlib.asynccontextmanager
+    async def watch(self, task_id: str) -> AsyncIterator[asyncio.Queue[WatchItem]]:
+        queue: asyncio.Queue[WatchItem] = asyncio.Queue(_WATCH_QUEUE)
+        watchers = self._watchers.setdefault(task_id, set())
+        watchers.add(queue)
+        queue.put_nowait(None)  # live from here on
         try:
-            yield {}  # live from here on
-            while True:
-                yield await queue.get()
+            yield queue
         finally:
-            self._event_listeners.discard(queue)
-
-    async def cancellations(self) -> AsyncIterator[str]:
-        queue: asyncio.Queue[str] = asyncio.Queue()
-        self._cancel_listeners.add(queue)
-        try:
-            while True:
-                yield await queue.get()
-        finally:
-            self._cancel_listeners.discard(queue)
+            watchers.discard(queue)
+            if not watchers and self._watchers.get(task_id) is watchers:
+                del self._watchers[task_id]
 
 
 def _live(entries: dict[str, int], now_ms: int) -> dict[str, int]:

@@ -1,17 +1,17 @@
-"""Valkey plumbing shared by the task store and the legacy session store.
+"""Valkey plumbing shared by the task store and the legacy session store: one :class:`Topology` per
+process and URL.
 
-* :func:`connect`: a client whose connection pool is **bounded** (``max_connections``): a burst of
-  requests waits up to ``pool_timeout_s`` for a connection, then fails as "store unavailable", instead
-  of opening connections until Valkey's client limit takes the whole fleet down. Connections left idle
-  by a burst are closed after ``IDLE_S``, so the count falls back when the burst is over.
-* :func:`unavailable_on_connection_errors`: the one mapping of a broken connection to
-  :class:`~.base.TaskStoreUnavailable` (HTTP 503, "retry later"); protocol errors of Valkey
-  (``ResponseError``, a script bug) pass through.
-* :class:`Channels`: **one** pub/sub connection per process, whatever the number of local subscribers.
-  Each channel is subscribed once on that connection and fanned out in memory to the subscribers'
-  bounded queues. If the connection breaks, it is opened again and every channel re-subscribed; each
-  subscriber then gets a ``None`` (as it did when first live), meaning "live again: messages may have
-  been missed meanwhile", so it can catch up by reading the state it follows.
+* :meth:`Topology.from_url`: ``valkey://HOST:PORT/DB`` is one Valkey; ``valkey+cluster://HOST:PORT[,...]``
+  a Valkey Cluster reached through seed nodes. The client's connections are **bounded**
+  (``max_connections``, per node on a cluster): on one Valkey a burst of requests waits up to
+  ``pool_timeout_s`` for a connection, then fails as "store unavailable", instead of opening connections
+  until Valkey's client limit takes the whole fleet down; connections left idle by a burst are closed
+  after ``IDLE_S``. On a cluster, ``MOVED``/``ASK`` are followed and ``TRYAGAIN`` or a node that went
+  away are retried with backoff by the cluster client, then answered "unavailable".
+* :func:`unavailable_on_connection_errors`: the one mapping of a broken connection, or of a cluster
+  that cannot serve the slot right now, to :class:`~.base.TaskStoreUnavailable` (HTTP 503, "retry
+  later"); other errors of Valkey (a script bug) pass through.
+* The pub/sub side (sharded channels, one connection per node) is :mod:`.channels`.
 """
 
 from __future__ import annotations
@@ -20,12 +20,24 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any, Final
+from urllib.parse import unquote, urlsplit
 
 from valkey.asyncio import BlockingConnectionPool, Valkey
-from valkey.asyncio.client import PubSub
-from valkey.exceptions import ResponseError, ValkeyError
+from valkey.asyncio.cluster import ClusterNode, ValkeyCluster
+from valkey.asyncio.retry import Retry
+from valkey.backoff import ExponentialBackoff
+from valkey.exceptions import (
+    AskError,
+    ClusterDownError,
+    ReadOnlyError,
+    ResponseError,
+    TryAgainError,
+    ValkeyClusterException,
+    ValkeyError,
+)
 
 from .base import TaskStoreUnavailable
 
@@ -35,21 +47,41 @@ logger = logging.getLogger("ext_tasks.store")
 MAX_CONNECTIONS: Final = 64
 #: How long a pooled connection may sit unused before it is closed.
 IDLE_S: Final = 10.0
-_SUBSCRIBE_TIMEOUT_S: Final = 5.0
-_QUEUE_SIZE: Final = 1024
+CLUSTER_SCHEME: Final = "valkey+cluster"
+#: What a dedicated connection takes from the client's settings (the rest is the pool's business).
+_CONNECTION_SETTINGS: Final = frozenset(
+    {
+        "db",
+        "username",
+        "password",
+        "credential_provider",
+        "socket_connect_timeout",
+        "socket_keepalive",
+        "socket_keepalive_options",
+        "encoding",
+        "encoding_errors",
+        "decode_responses",
+        "client_name",
+        "lib_name",
+        "lib_version",
+        "protocol",
+    }
+)
+#: Answers of a cluster (or of a primary that just became a replica) that mean "not now, retry".
+_TRANSIENT_REPLIES: Final = (AskError, ClusterDownError, TryAgainError, ReadOnlyError)
 
 
 @contextlib.contextmanager
 def unavailable_on_connection_errors() -> Iterator[None]:
     try:
         yield
-    except (ConnectionError, TimeoutError, OSError, ValkeyError) as exc:
-        if isinstance(exc, ResponseError):
+    except (ConnectionError, TimeoutError, OSError, ValkeyError, ValkeyClusterException) as exc:
+        if isinstance(exc, ResponseError) and not isinstance(exc, _TRANSIENT_REPLIES):
             raise
         raise TaskStoreUnavailable(f"task store unavailable: {type(exc).__name__}") from exc
 
 
-def connect(
+def connect_single(
     url: str,
     *,
     max_connections: int = MAX_CONNECTIONS,
@@ -57,7 +89,7 @@ def connect(
     pool_timeout_s: float = 2.0,
     idle_s: float = IDLE_S,
 ) -> Valkey:
-    """A client for ``url`` (``valkey://HOST:PORT/DB``) with a bounded, blocking connection pool."""
+    """A client of one Valkey (``valkey://HOST:PORT/DB``) with a bounded, blocking connection pool."""
     pool = TrimmedPool.from_url(
         url,
         max_connections=max_connections,
@@ -124,136 +156,101 @@ class TrimmedPool(BlockingConnectionPool):
         await super().disconnect(inuse_connections)
 
 
-class Channels:
-    """Pub/sub for one process over one connection: ``async with channels.subscribe(name) as queue``.
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    host: str
+    port: int
 
-    The queue yields ``None`` once the subscription is live (nothing published afterwards is missed),
-    then each message's data, and ``None`` again after a reconnection. A subscriber too slow to keep up
-    loses its oldest messages rather than growing without bound.
+
+def cluster_seeds(url: str) -> tuple[list[Endpoint], dict[str, str]]:
+    """The seed nodes of ``valkey+cluster://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]``, and the
+    credentials (``username``/``password``) if the URL has them."""
+    parts = urlsplit(url)
+    if parts.scheme != CLUSTER_SCHEME:
+        raise ValueError(f"not a {CLUSTER_SCHEME}:// URL")
+    credentials: dict[str, str] = {}
+    hosts = parts.netloc
+    if "@" in hosts:
+        userinfo, hosts = hosts.rsplit("@", 1)
+        user, _, password = userinfo.partition(":")
+        if user:
+            credentials["username"] = unquote(user)
+        if password:
+            credentials["password"] = unquote(password)
+    seeds = []
+    for item in hosts.split(","):
+        host, _, port = item.strip().rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"cluster seed {item!r} is not HOST:PORT")
+        seeds.append(Endpoint(host.strip("[]"), int(port)))
+    return seeds, credentials
+
+
+class Topology:
+    """The Valkey deployment of one URL: the command client, and where a key or channel lives.
+
+    One per process and URL: the composition root builds it and hands it to the task store and the
+    legacy session store, so they share connections.
     """
 
-    def __init__(self, client: Valkey) -> None:
-        self._client = client
-        self._subscribers: dict[str, set[asyncio.Queue[str | None]]] = {}
-        self._confirmed: dict[str, asyncio.Future[None]] = {}
-        self._resubscribing: set[str] = set()
-        self._pubsub: PubSub | None = None
-        self._reader: asyncio.Task[None] | None = None
-        self._lock = asyncio.Lock()
+    def __init__(self, client: Any, *, cluster: bool, single: Endpoint | None = None) -> None:
+        self.client = client
+        self.cluster = cluster
+        self._single = single
 
-    @contextlib.asynccontextmanager
-    async def subscribe(self, channel: str) -> AsyncIterator[asyncio.Queue[str | None]]:
-        queue: asyncio.Queue[str | None] = asyncio.Queue(_QUEUE_SIZE)
-        local = self._subscribers.setdefault(channel, set())
-        local.add(queue)
-        try:
-            await self._subscribed(channel)
-            _put(queue, None)
-            yield queue
-        finally:
-            local.discard(queue)
-            if not local and self._subscribers.get(channel) is local:
-                del self._subscribers[channel]
-                await self._unsubscribe(channel)
+    @classmethod
+    def from_url(cls, url: str, *, max_connections: int = MAX_CONNECTIONS, connect_timeout_s: float = 2.0) -> Topology:
+        if url.startswith(f"{CLUSTER_SCHEME}://"):
+            seeds, credentials = cluster_seeds(url)
+            cluster = ValkeyCluster(
+                startup_nodes=[ClusterNode(seed.host, seed.port) for seed in seeds],
+                decode_responses=True,
+                max_connections=max_connections,
+                socket_connect_timeout=connect_timeout_s,
+                socket_timeout=10.0,
+                # MOVED/ASK are followed at once; TRYAGAIN, a failover or a node gone are retried with
+                # backoff (about 1.5 s in all), then the request fails as "unavailable".
+                retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), retries=4),
+                cluster_error_retry_attempts=4,
+                username=credentials.get("username"),
+                password=credentials.get("password"),
+            )
+            return cls(cluster, cluster=True)
+        single = connect_single(url, max_connections=max_connections, connect_timeout_s=connect_timeout_s)
+        kwargs = single.connection_pool.connection_kwargs
+        return cls(single, cluster=False, single=Endpoint(str(kwargs.get("host")), int(kwargs.get("port", 6379))))
 
-    def channel_count(self) -> int:
-        return len(self._subscribers)
+    async def endpoint_for(self, key: str) -> Endpoint:
+        """The node that serves ``key`` (or a sharded channel) as far as this client knows."""
+        if self._single is not None:
+            return self._single
+        with unavailable_on_connection_errors():
+            await self.client.initialize()  # a no-op once the slot map is known
+        node = self.client.nodes_manager.get_node_from_slot(self.client.keyslot(key))
+        return Endpoint(node.host, int(node.port))
+
+    async def refresh(self) -> None:
+        """Learn the cluster's slot owners again (after a slot moved or a primary failed over)."""
+        if self.cluster:
+            with contextlib.suppress(Exception):
+                await self.client.nodes_manager.initialize()
+
+    def connection_kwargs(self) -> dict[str, Any]:
+        """What a dedicated connection to one node is opened with (credentials, timeouts, encoding)."""
+        if self.cluster:
+            kwargs = dict(self.client.get_connection_kwargs())
+        else:
+            kwargs = dict(self.client.connection_pool.connection_kwargs)
+        kept = {name: value for name, value in kwargs.items() if name in _CONNECTION_SETTINGS}
+        kept["socket_timeout"] = None  # a subscriber waits for messages as long as it takes
+        return kept
+
+    async def ping(self) -> None:
+        with unavailable_on_connection_errors():
+            if self.cluster:
+                await self.client.ping(target_nodes=ValkeyCluster.PRIMARIES)
+            else:
+                await self.client.ping()
 
     async def close(self) -> None:
-        if self._reader is not None:
-            self._reader.cancel()
-            with contextlib.suppress(BaseException):
-                await self._reader
-        await self._drop_connection()
-
-    # --- the one connection -------------------------------------------------------------------------
-
-    async def _subscribed(self, channel: str) -> None:
-        """Wait until ``channel`` is subscribed on the shared connection (subscribing it if needed)."""
-        async with self._lock:
-            confirmed = self._confirmed.get(channel)
-            if confirmed is None or (confirmed.done() and confirmed.exception() is not None):
-                confirmed = self._confirmed[channel] = asyncio.get_running_loop().create_future()
-                with unavailable_on_connection_errors():
-                    if self._pubsub is None:
-                        self._pubsub = self._client.pubsub()
-                    await self._pubsub.subscribe(channel)
-                if self._reader is None or self._reader.done():
-                    self._reader = asyncio.create_task(self._read(), name="ext-tasks-pubsub")
-        try:
-            async with asyncio.timeout(_SUBSCRIBE_TIMEOUT_S):
-                await asyncio.shield(confirmed)
-        except TimeoutError:
-            raise TaskStoreUnavailable("task store unavailable: subscription not confirmed") from None
-
-    async def _unsubscribe(self, channel: str) -> None:
-        self._confirmed.pop(channel, None)
-        if self._pubsub is not None:
-            with contextlib.suppress(Exception):
-                await self._pubsub.unsubscribe(channel)
-
-    async def _read(self) -> None:
-        """Fan messages out; on a broken connection, reconnect and re-subscribe every channel."""
-        backoff_s = 0.1
-        while True:
-            try:
-                assert self._pubsub is not None
-                message = await self._pubsub.get_message(timeout=1.0)
-                backoff_s = 0.1
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - any failure of the connection: start it again
-                logger.warning("pub/sub connection lost (%s); reconnecting", type(exc).__name__)
-                await self._reconnect(backoff_s)
-                backoff_s = min(backoff_s * 2, 5.0)
-                continue
-            if message is not None:
-                self._dispatch(message)
-
-    def _dispatch(self, message: dict[str, Any]) -> None:
-        kind, channel = message.get("type"), str(message.get("channel"))
-        if kind == "subscribe":
-            confirmed = self._confirmed.get(channel)
-            if confirmed is not None and not confirmed.done():
-                confirmed.set_result(None)
-            if channel in self._resubscribing:  # live again after a reconnection: tell the subscribers
-                self._resubscribing.discard(channel)
-                for queue in self._subscribers.get(channel, ()):
-                    _put(queue, None)
-        elif kind == "message":
-            for queue in self._subscribers.get(channel, ()):
-                _put(queue, str(message["data"]))
-
-    async def _reconnect(self, pause_s: float) -> None:
-        await self._drop_connection()
-        for future in self._confirmed.values():
-            if not future.done():
-                future.set_exception(TaskStoreUnavailable("task store unavailable: pub/sub connection lost"))
-        self._confirmed = {}
-        await asyncio.sleep(pause_s)
-        channels = list(self._subscribers)
-        if not channels:
-            return
-        try:
-            pubsub = self._client.pubsub()
-            await pubsub.subscribe(*channels)
-        except Exception:  # noqa: BLE001 - still down: the read loop tries again after a longer pause
-            return
-        self._pubsub = pubsub
-        # The confirmations arrive through _read, and each tells that channel's subscribers they are
-        # live again (and resolves the future a new subscriber of the channel would wait on).
-        self._resubscribing = set(channels)
-        for channel in channels:
-            self._confirmed[channel] = asyncio.get_running_loop().create_future()
-
-    async def _drop_connection(self) -> None:
-        pubsub, self._pubsub = self._pubsub, None
-        if pubsub is not None:
-            with contextlib.suppress(Exception):
-                await pubsub.aclose()  # type: ignore[no-untyped-call]
-
-
-def _put(queue: asyncio.Queue[str | None], item: str | None) -> None:
-    if queue.full():
-        queue.get_nowait()
-    queue.put_nowait(item)
+        await self.client.aclose()

@@ -10,6 +10,7 @@ from ext_tasks.store.base import TaskStore
 from ext_tasks.store.memory import MemoryTaskStore
 from ext_tasks.store.valkey import ValkeyTaskStore
 from tests.support.valkey import ValkeyServer, running_valkey
+from tests.support.valkey_cluster import ValkeyCluster
 
 _prefixes = itertools.count()
 
@@ -25,17 +26,36 @@ def valkey_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ValkeySe
         yield server
 
 
-@pytest.fixture(params=["memory", "valkey"])
-async def store(request: pytest.FixtureRequest) -> AsyncIterator[TaskStore]:
-    """The same contract, run against both stores (each test gets a fresh key prefix on Valkey).
+def _shared_url(request: pytest.FixtureRequest) -> str:
+    """The URL of the session's one Valkey or of its one cluster (asked for only when needed, so
+    ``-k memory`` starts neither)."""
+    if request.param == "cluster":
+        cluster: ValkeyCluster = request.getfixturevalue("valkey_cluster")
+        return cluster.url
+    server: ValkeyServer = request.getfixturevalue("valkey_server")
+    return server.url
 
-    Only the Valkey case asks for the server, so ``-k memory`` runs without starting one."""
+
+@pytest.fixture(params=["memory", "valkey", "cluster"])
+async def store(request: pytest.FixtureRequest) -> AsyncIterator[TaskStore]:
+    """The same contract, run against every store: in memory, on one Valkey, on a Valkey Cluster (each
+    test gets a fresh key prefix on a shared server)."""
     instance: TaskStore
     if request.param == "memory":
         instance = MemoryTaskStore()
     else:
-        server: ValkeyServer = request.getfixturevalue("valkey_server")
-        instance = ValkeyTaskStore(server.url, prefix=f"contract-{next(_prefixes)}")
+        instance = ValkeyTaskStore(_shared_url(request), prefix=f"contract-{next(_prefixes)}")
+    await instance.open()
+    try:
+        yield instance
+    finally:
+        await instance.close()
+
+
+@pytest.fixture(params=["valkey", "cluster"])
+async def shared_store(request: pytest.FixtureRequest) -> AsyncIterator[ValkeyTaskStore]:
+    """What only a store shared by processes has to show (runs outliving their worker)."""
+    instance = ValkeyTaskStore(_shared_url(request), prefix=f"contract-{next(_prefixes)}")
     await instance.open()
     try:
         yield instance

@@ -1,4 +1,5 @@
-"""One contract, both stores: what the engine and the workers rely on from a TaskStore."""
+"""One contract, every store (memory, one Valkey, a Valkey Cluster): what the engine and the workers
+rely on from a TaskStore."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import anyio
 import pytest
 
 from ext_tasks.protocol.states import TaskStatus
-from ext_tasks.protocol.tasks import TaskRecord, cancelled, completed
+from ext_tasks.protocol.tasks import TaskRecord, cancelled, completed, status_reported
 from ext_tasks.store.base import (
     ActiveLimit,
     ExistingTask,
@@ -22,18 +23,22 @@ from ext_tasks.store.base import (
     TaskStore,
     TooManyActiveTasks,
     TooManyStoredTasks,
+    WatchItem,
 )
-from ext_tasks.store.plumbing import TrimmedPool, connect
+from ext_tasks.store.keys import PARTITION_TAGS, new_task_id, partition_of
+from ext_tasks.store.plumbing import TrimmedPool, connect_single
 from ext_tasks.store.valkey import ValkeyTaskStore
 from tests.support.valkey import ValkeyServer, running_valkey
 
 pytestmark = pytest.mark.anyio
 
+WAIT_S = 5
 
-def make_record(task_id: str = "task-1", **changes: object) -> TaskRecord:
+
+def make_record(task_id: str | None = None, **changes: object) -> TaskRecord:
     now = int(time.time() * 1000)
     record = TaskRecord(
-        task_id=task_id,
+        task_id=task_id or new_task_id(),
         owner="alice",
         tool="deploy",
         arguments={"service": "billing", "ref": "v1.2", "n": 3},
@@ -48,6 +53,19 @@ def make_record(task_id: str = "task-1", **changes: object) -> TaskRecord:
     return dataclasses.replace(record, **changes)  # type: ignore[arg-type]
 
 
+def under(claim: IdempotencyClaim, **changes: object) -> TaskRecord:
+    """A record created under ``claim``: its id takes the claim's partition, as the engine's do."""
+    return make_record(new_task_id(claim.partition), **changes)
+
+
+async def next_item(queue: asyncio.Queue[WatchItem]) -> WatchItem:
+    with anyio.fail_after(WAIT_S):
+        return await queue.get()
+
+
+# --- records ------------------------------------------------------------------------------------------
+
+
 async def test_created_task_reads_back_identically(store: TaskStore) -> None:
     record = make_record(answers={"confirm": {"action": "accept", "content": {"ok": True}}}, state={"step": "é"})
     await store.create(record)
@@ -55,24 +73,27 @@ async def test_created_task_reads_back_identically(store: TaskStore) -> None:
 
 
 async def test_unknown_task_is_not_found(store: TaskStore) -> None:
-    assert await store.lookup("never-created") is None
-
-
-async def test_creating_the_same_id_twice_is_refused(store: TaskStore) -> None:
-    await store.create(make_record())
-    with pytest.raises(ValueError, match="exists"):
-        await store.create(make_record())
+    assert await store.lookup(new_task_id()) is None
+    assert await store.lookup("made-up-by-a-client") is None
 
 
 async def test_commit_applies_only_on_the_expected_version(store: TaskStore) -> None:
     record = make_record()
     await store.create(record)
     done = completed(record, {"content": [], "isError": False}, record.created_at_ms + 5)
-    assert await store.commit(done, expect_version=record.version)
+    assert await store.commit(record, done)
     assert await store.lookup(record.task_id) == done
     stale = cancelled(record, record.created_at_ms + 6)
-    assert not await store.commit(stale, expect_version=record.version)
+    assert not await store.commit(record, stale)
     assert await store.lookup(record.task_id) == done
+
+
+async def test_a_commit_that_clears_fields_reads_back_without_them(store: TaskStore) -> None:
+    record = make_record(status_message="halfway", state={"step": 1})
+    await store.create(record)
+    cleared = dataclasses.replace(record, version=2, status_message=None, state=None)
+    assert await store.commit(record, cleared)
+    assert await store.lookup(record.task_id) == cleared
 
 
 async def test_concurrent_commits_of_one_version_have_exactly_one_winner(store: TaskStore) -> None:
@@ -82,166 +103,225 @@ async def test_concurrent_commits_of_one_version_have_exactly_one_winner(store: 
         completed(record, {"content": [{"type": "text", "text": str(i)}], "isError": False}, record.created_at_ms + i)
         for i in range(8)
     ]
-    wins = await asyncio.gather(*(store.commit(outcome, expect_version=record.version) for outcome in outcomes))
+    wins = await asyncio.gather(*(store.commit(record, outcome) for outcome in outcomes))
     assert sum(wins) == 1
-    stored = await store.lookup(record.task_id)
-    assert stored == outcomes[wins.index(True)]
+    assert await store.lookup(record.task_id) == outcomes[wins.index(True)]
 
 
 async def test_commit_on_an_unknown_task_fails(store: TaskStore) -> None:
-    assert not await store.commit(make_record("ghost", version=2), expect_version=1)
+    ghost = make_record()
+    assert not await store.commit(ghost, dataclasses.replace(ghost, version=2))
+    assert await store.lookup(ghost.task_id) is None
 
 
-async def test_creation_queues_exactly_one_run(store: TaskStore) -> None:
+async def test_a_task_past_its_ttl_is_reported_expired_with_its_owner(store: TaskStore) -> None:
+    now = int(time.time() * 1000)
+    record = make_record(created_at_ms=now - 10_000, updated_at_ms=now - 10_000, ttl_ms=5_000)
+    await store.create(record)
+    found = await store.lookup(record.task_id)
+    assert isinstance(found, Expired)
+    assert found.owner == "alice"
+
+
+async def test_a_task_without_ttl_never_expires(store: TaskStore) -> None:
+    record = make_record(created_at_ms=0, updated_at_ms=0, ttl_ms=None)
+    await store.create(record)
+    assert await store.lookup(record.task_id) == record
+
+
+async def test_owners_of_many_tasks_in_one_call(store: TaskStore) -> None:
+    mine, bobs, ghost = make_record(), make_record(owner="bob"), new_task_id()
+    await store.create(mine)
+    await store.create(bobs)
+    found = await store.owners([mine.task_id, bobs.task_id, ghost, mine.task_id, "made-up"])
+    assert found == {mine.task_id: "alice", bobs.task_id: "bob"}
+    assert await store.owners([]) == {}
+
+
+# --- the run queue --------------------------------------------------------------------------------------
+
+
+async def test_creation_queues_exactly_one_run_as_the_first_attempt(store: TaskStore) -> None:
     record = make_record()
     await store.create(record)
-    with anyio.fail_after(5):
+    with anyio.fail_after(WAIT_S):
         runs = await store.next_runs("consumer-a", 10, 1000)
-    assert [run.task_id for run in runs] == [record.task_id]
+    assert [(run.task_id, run.attempt) for run in runs] == [(record.task_id, 1)]
+    assert await store.next_runs("consumer-a", 10, 50) == []
+
+
+async def test_runs_of_every_partition_reach_a_worker_that_asks_for_few_at_a_time(store: TaskStore) -> None:
+    records = [make_record(new_task_id(tag)) for tag in PARTITION_TAGS for _ in range(2)]
+    for record in records:
+        await store.create(record)
+    taken: list[str] = []
+    with anyio.fail_after(WAIT_S * 2):
+        while len(taken) < len(records):
+            batch = await store.next_runs("consumer-a", 3, 1000)
+            assert len(batch) <= 3
+            taken += [run.task_id for run in batch]
+    assert sorted(taken) == sorted(record.task_id for record in records)  # each exactly once
     assert await store.next_runs("consumer-a", 10, 50) == []
 
 
 async def test_commit_can_queue_a_run_in_the_same_step(store: TaskStore) -> None:
     record = make_record()
     await store.create(record)
-    first = await store.next_runs("consumer-a", 10, 1000)
-    await store.ack(first[0])
+    (first,) = await store.next_runs("consumer-a", 10, 1000)
+    await store.ack(first)
     resumed = dataclasses.replace(record, version=2)
-    assert await store.commit(resumed, expect_version=1, enqueue=True)
-    with anyio.fail_after(5):
+    assert await store.commit(record, resumed, enqueue=True)
+    with anyio.fail_after(WAIT_S):
         again = await store.next_runs("consumer-b", 10, 1000)
-    assert [run.task_id for run in again] == [record.task_id]
+    assert [(run.task_id, run.attempt) for run in again] == [(record.task_id, 1)]  # a new run, not a retry
 
 
-async def test_a_requeued_run_is_delivered_again(store: TaskStore) -> None:
+async def test_a_requeued_run_is_delivered_again_as_the_next_attempt(store: TaskStore) -> None:
     record = make_record()
     await store.create(record)
     (run,) = await store.next_runs("consumer-a", 10, 1000)
     await store.requeue(run)
-    with anyio.fail_after(5):
+    with anyio.fail_after(WAIT_S):
         again = await store.next_runs("consumer-b", 10, 1000)
-    assert [item.task_id for item in again] == [record.task_id]
+    assert [(item.task_id, item.attempt) for item in again] == [(record.task_id, 2)]
 
 
-async def test_cancelling_commit_is_announced_to_listeners(store: TaskStore) -> None:
+async def test_runs_of_a_worker_that_stopped_heartbeating_are_reclaimed_as_the_next_attempt(
+    shared_store: ValkeyTaskStore,
+) -> None:
+    # A shared store only: in the single-process memory store a run cannot outlive its worker.
+    record = make_record()
+    await shared_store.create(record)
+    taken = await shared_store.next_runs("crashed-worker", 10, 1000)
+    assert [run.task_id for run in taken] == [record.task_id]
+    assert await shared_store.reclaim("survivor", 60_000, 10) == []
+    reclaimed = await shared_store.reclaim("survivor", 0, 10)
+    assert [(item.task_id, item.attempt) for item in reclaimed] == [(record.task_id, 2)]
+
+
+async def test_a_reclaim_takes_no_more_runs_than_asked_for_whatever_their_partitions(
+    shared_store: ValkeyTaskStore,
+) -> None:
+    # A run claimed counts as a delivery: one claimed beyond the room asked for would not run, and be
+    # reclaimed again later as yet another attempt.
+    records = [make_record(new_task_id(tag)) for tag in PARTITION_TAGS]
+    await asyncio.gather(*(shared_store.create(record) for record in records))
+    taken: list[Any] = []
+    with anyio.fail_after(WAIT_S):
+        while len(taken) < len(records):
+            taken += await shared_store.next_runs("crashed-worker", len(records), 200)
+    reclaimed: list[Any] = []
+    for _ in records:
+        batch = await shared_store.reclaim("survivor", 0, 1)
+        assert len(batch) == 1, batch
+        reclaimed += batch
+    assert sorted(run.task_id for run in reclaimed) == sorted(record.task_id for record in records)
+    assert {run.attempt for run in reclaimed} == {2}  # each claimed exactly once more
+
+
+async def test_heartbeats_keep_a_run_from_being_reclaimed(shared_store: ValkeyTaskStore) -> None:
+    await shared_store.create(make_record())
+    taken = await shared_store.next_runs("busy-worker", 10, 1000)
+    await anyio.sleep(0.3)  # let the run go idle, then prove a heartbeat resets its idle time
+    await shared_store.heartbeat("busy-worker", taken)
+    assert await shared_store.reclaim("other", 250, 10) == []
+
+
+async def test_an_outcome_committed_with_its_run_acknowledges_it(shared_store: ValkeyTaskStore) -> None:
+    record = make_record()
+    await shared_store.create(record)
+    (run,) = await shared_store.next_runs("worker", 10, 1000)
+    done = completed(record, {"content": []}, record.created_at_ms + 1)
+    assert await shared_store.commit(record, done, finishing=run)
+    assert await shared_store.reclaim("other", 0, 10) == []  # nothing left to take over
+    assert await shared_store.queue_depth() == 0
+
+
+async def test_a_lost_commit_leaves_its_run_to_be_acknowledged(shared_store: ValkeyTaskStore) -> None:
+    record = make_record()
+    await shared_store.create(record)
+    (run,) = await shared_store.next_runs("worker", 10, 1000)
+    assert await shared_store.commit(record, cancelled(record, record.created_at_ms + 1))
+    assert not await shared_store.commit(record, completed(record, {"content": []}, 2), finishing=run)
+    assert [item.task_id for item in await shared_store.reclaim("other", 0, 10)] == [record.task_id]
+
+
+# --- broadcast ---------------------------------------------------------------------------------------------
+
+
+async def test_a_watcher_gets_every_commit_of_its_task_in_order_and_nothing_else(store: TaskStore) -> None:
+    record, other = make_record(), make_record()
+    await store.create(record)
+    await store.create(other)
+    async with store.watch(record.task_id) as changes:
+        assert await next_item(changes) is None  # live: nothing committed from here on is missed
+        halfway = status_reported(record, "halfway", record.created_at_ms + 1)
+        assert await store.commit(record, halfway)
+        assert await store.commit(other, completed(other, {"content": []}, other.created_at_ms + 1))
+        done = completed(halfway, {"content": []}, record.created_at_ms + 2)
+        assert await store.commit(halfway, done)
+        assert not await store.commit(halfway, done)  # a lost commit announces nothing
+        first, second = await next_item(changes), await next_item(changes)
+        assert changes.empty()
+    seen = [cast(dict[str, Any], item) for item in (first, second)]
+    assert [(event["taskId"], event["version"], event["owner"]) for event in seen] == [
+        (record.task_id, 2, "alice"),
+        (record.task_id, 3, "alice"),
+    ]
+    assert [event["task"]["status"] for event in seen] == ["working", "completed"]
+    assert seen[0]["task"]["statusMessage"] == "halfway"
+
+
+async def test_a_cancellation_reaches_the_watcher_of_the_task(store: TaskStore) -> None:
     record = make_record()
     await store.create(record)
-    received: list[str] = []
-    listening = anyio.Event()
-
-    async def listen() -> None:
-        iterator = store.cancellations()
-        waiter = asyncio.ensure_future(iterator.__anext__())
-        await asyncio.sleep(0)  # let the subscription register before the commit is made
-        listening.set()
-        received.append(await waiter)
-        await iterator.aclose()  # type: ignore[attr-defined]
-
-    with anyio.fail_after(5):
-        async with anyio.create_task_group() as group:
-            group.start_soon(listen)
-            await listening.wait()
-            # A pub/sub subscription is confirmed asynchronously; commit until the listener hears it.
-            version = record.version
-            while not received:
-                current = dataclasses.replace(record, version=version + 1)
-                assert await store.commit(current, expect_version=version, cancel=True)
-                version += 1
-                await anyio.sleep(0.05)
-    assert received == [record.task_id]
+    async with store.watch(record.task_id) as changes:
+        assert await next_item(changes) is None
+        assert await store.commit(record, cancelled(record, record.created_at_ms + 1))
+        event = cast(dict[str, Any], await next_item(changes))
+    assert event["task"]["status"] == "cancelled"
 
 
-async def test_a_task_past_its_ttl_is_reported_expired_with_its_owner(store: TaskStore) -> None:
-    now = int(time.time() * 1000)
-    record = make_record("old-task", created_at_ms=now - 10_000, updated_at_ms=now - 10_000, ttl_ms=5_000)
-    await store.create(record)
-    found = await store.lookup("old-task")
-    assert isinstance(found, Expired)
-    assert found.owner == "alice"
-
-
-async def test_a_task_without_ttl_never_expires(store: TaskStore) -> None:
-    record = make_record("forever", created_at_ms=0, updated_at_ms=0, ttl_ms=None)
-    await store.create(record)
-    assert await store.lookup("forever") == record
-
-
-async def test_runs_of_a_worker_that_stopped_heartbeating_are_reclaimed(valkey_server: ValkeyServer) -> None:
-    # Valkey only: in the single-process memory store a run cannot outlive its worker.
-    store = ValkeyTaskStore(valkey_server.url, prefix="contract-reclaim")
-    await store.open()
-    try:
-        record = make_record()
-        await store.create(record)
-        taken = await store.next_runs("crashed-worker", 10, 1000)
-        assert [run.task_id for run in taken] == [record.task_id]
-        assert await store.reclaim("survivor", 60_000, 10) == []
-        reclaimed = await store.reclaim("survivor", 0, 10)
-        assert [item.task_id for item in reclaimed] == [record.task_id]
-    finally:
-        await store.close()
-
-
-async def test_heartbeats_keep_a_run_from_being_reclaimed(valkey_server: ValkeyServer) -> None:
-    store = ValkeyTaskStore(valkey_server.url, prefix="contract-heartbeat")
-    await store.open()
-    try:
-        await store.create(make_record())
-        taken = await store.next_runs("busy-worker", 10, 1000)
-        await anyio.sleep(0.3)  # let the run go idle, then prove a heartbeat resets its idle time
-        await store.heartbeat("busy-worker", taken)
-        assert await store.reclaim("other", 250, 10) == []
-    finally:
-        await store.close()
+# --- idempotency ------------------------------------------------------------------------------------------
 
 
 async def test_an_idempotency_key_names_the_first_task_and_creates_nothing_more(store: TaskStore) -> None:
     claim = IdempotencyClaim(key="principal-and-key", fingerprint="deploy+args", window_ms=60_000)
-    first = make_record("first")
+    first, second = under(claim), under(claim)
     assert await store.create(first, claim) is None
-    again = await store.create(make_record("second"), claim)
-    assert again == ExistingTask(task_id="first", fingerprint="deploy+args")
-    assert await store.lookup("second") is None
+    assert await store.create(second, claim) == ExistingTask(task_id=first.task_id, fingerprint="deploy+args")
+    assert await store.lookup(second.task_id) is None
     runs = await store.next_runs("consumer-a", 10, 1000)
-    assert [run.task_id for run in runs] == ["first"]
+    assert [run.task_id for run in runs] == [first.task_id]
 
 
 async def test_concurrent_creations_under_one_key_create_exactly_one_task(store: TaskStore) -> None:
     claim = IdempotencyClaim(key="racing-key", fingerprint="f", window_ms=60_000)
-    outcomes = await asyncio.gather(*(store.create(make_record(f"race-{i}"), claim) for i in range(10)))
-    created = [i for i, outcome in enumerate(outcomes) if outcome is None]
+    records = [under(claim) for _ in range(10)]
+    outcomes = await asyncio.gather(*(store.create(record, claim) for record in records))
+    created = [record for record, outcome in zip(records, outcomes, strict=True) if outcome is None]
     assert len(created) == 1
-    winner = f"race-{created[0]}"
-    assert all(outcome == ExistingTask(winner, "f") for outcome in outcomes if outcome is not None)
+    assert all(outcome == ExistingTask(created[0].task_id, "f") for outcome in outcomes if outcome is not None)
 
 
 async def test_different_idempotency_keys_create_different_tasks(store: TaskStore) -> None:
-    assert await store.create(make_record("a"), IdempotencyClaim("key-a", "f", 60_000)) is None
-    assert await store.create(make_record("b"), IdempotencyClaim("key-b", "f", 60_000)) is None
-    assert isinstance(await store.lookup("b"), TaskRecord)
+    key_a, key_b = IdempotencyClaim("key-a", "f", 60_000), IdempotencyClaim("key-b", "f", 60_000)
+    assert await store.create(under(key_a), key_a) is None
+    second = under(key_b)
+    assert await store.create(second, key_b) is None
+    assert isinstance(await store.lookup(second.task_id), TaskRecord)
 
 
-async def test_every_creation_and_commit_is_announced_in_order(store: TaskStore) -> None:
-    events: list[dict[str, object]] = []
-    iterator = store.task_events()
-    with anyio.fail_after(5):
-        assert await iterator.__anext__() == {}  # the subscription is live
-    first = asyncio.ensure_future(iterator.__anext__())
-    record = make_record("announced")
-    await store.create(record)
-    done = completed(record, {"content": [], "isError": False}, record.created_at_ms + 1)
-    assert await store.commit(done, expect_version=record.version)
-    assert not await store.commit(done, expect_version=record.version)  # a lost commit announces nothing
-    with anyio.fail_after(5):
-        events.append(await first)
-        events.append(await iterator.__anext__())
-    await iterator.aclose()  # type: ignore[attr-defined]
-    assert [(event["taskId"], event["version"], event["owner"]) for event in events] == [
-        ("announced", 1, "alice"),
-        ("announced", 2, "alice"),
-    ]
-    statuses = [event["task"]["status"] for event in events]  # type: ignore[index]
-    assert statuses == ["working", "completed"]
+async def test_a_task_under_an_idempotency_key_must_take_the_keys_partition(shared_store: ValkeyTaskStore) -> None:
+    claim = IdempotencyClaim("some-key", "f", 60_000)
+    elsewhere = next(tag for tag in PARTITION_TAGS if tag != claim.partition)
+    record = make_record(new_task_id(elsewhere))
+    assert partition_of(record.task_id) != claim.partition
+    with pytest.raises(ValueError, match="partition"):
+        await shared_store.create(record, claim)
+
+
+# --- claims ------------------------------------------------------------------------------------------------
 
 
 async def test_a_claim_is_granted_once_until_it_lapses(store: TaskStore) -> None:
@@ -250,44 +330,73 @@ async def test_a_claim_is_granted_once_until_it_lapses(store: TaskStore) -> None
     assert await store.claim("state:other", 60_000)
 
 
+# --- per-owner caps ------------------------------------------------------------------------------------------
+
+
 async def test_the_active_task_cap_counts_unfinished_tasks_of_one_owner(store: TaskStore) -> None:
     now = int(time.time() * 1000)
     limit = ActiveLimit(cap=2, now_ms=now)
-    first, second = make_record("cap-1"), make_record("cap-2")
+    first, second, refused = make_record(), make_record(), make_record()
     assert await store.create(first, limit=limit) is None
     assert await store.create(second, limit=limit) is None
     with pytest.raises(TooManyActiveTasks):
-        await store.create(make_record("cap-3"), limit=limit)
-    assert await store.lookup("cap-3") is None
+        await store.create(refused, limit=limit)
+    assert await store.lookup(refused.task_id) is None
     # Another owner has its own count; a finished task frees its place.
-    assert await store.create(make_record("cap-bob", owner="bob"), limit=limit) is None
-    assert await store.commit(completed(first, {"content": []}, now + 1), expect_version=1)
-    assert await store.create(make_record("cap-4"), limit=limit) is None
+    assert await store.create(make_record(owner="bob"), limit=limit) is None
+    assert await store.commit(first, completed(first, {"content": []}, now + 1))
+    assert await store.create(make_record(), limit=limit) is None
 
 
 async def test_the_stored_task_cap_counts_tasks_in_any_status_until_they_expire(store: TaskStore) -> None:
     now = int(time.time() * 1000)
     limit = ActiveLimit(cap=0, now_ms=now, stored_cap=2)
-    first = make_record("kept-1")
+    first, refused = make_record(), make_record()
     assert await store.create(first, limit=limit) is None
-    assert await store.create(make_record("kept-2"), limit=limit) is None
+    assert await store.create(make_record(), limit=limit) is None
     # Finishing a task does not free its place: it is still kept (and readable) until it expires.
-    assert await store.commit(completed(first, {"content": []}, now + 1), expect_version=1)
+    assert await store.commit(first, completed(first, {"content": []}, now + 1))
     with pytest.raises(TooManyStoredTasks):
-        await store.create(make_record("kept-3"), limit=limit)
-    assert await store.lookup("kept-3") is None
-    assert await store.create(make_record("kept-bob", owner="bob"), limit=limit) is None
+        await store.create(refused, limit=limit)
+    assert await store.lookup(refused.task_id) is None
+    assert await store.create(make_record(owner="bob"), limit=limit) is None
     # A task that has expired no longer counts.
     later = ActiveLimit(cap=0, now_ms=now + 61_000, stored_cap=2)
-    assert await store.create(make_record("kept-4", created_at_ms=now + 61_000), limit=later) is None
+    assert await store.create(make_record(created_at_ms=now + 61_000), limit=later) is None
 
 
-async def test_owners_of_many_tasks_in_one_call(store: TaskStore) -> None:
-    await store.create(make_record("own-a"))
-    await store.create(make_record("own-b", owner="bob"))
-    found = await store.owners(["own-a", "own-b", "never-created", "own-a"])
-    assert found == {"own-a": "alice", "own-b": "bob"}
-    assert await store.owners([]) == {}
+async def test_the_caps_are_exact_under_concurrent_creation(store: TaskStore) -> None:
+    now = int(time.time() * 1000)
+    limit = ActiveLimit(cap=5, now_ms=now, stored_cap=8)
+    records = [make_record() for _ in range(40)]
+    outcomes = await asyncio.gather(*(store.create(record, limit=limit) for record in records), return_exceptions=True)
+    created = [record for record, outcome in zip(records, outcomes, strict=True) if outcome is None]
+    assert len(created) == 5, outcomes
+    assert all(isinstance(outcome, TooManyActiveTasks) for outcome in outcomes if outcome is not None)
+    for record in records:
+        found = await store.lookup(record.task_id)
+        assert (found is not None) == (record in created)
+    # Finish them all: the stored cap (8) now bounds the next burst at three more.
+    for record in created:
+        assert await store.commit(record, completed(record, {"content": []}, now + 1))
+    burst = [make_record() for _ in range(20)]
+    outcomes = await asyncio.gather(*(store.create(record, limit=limit) for record in burst), return_exceptions=True)
+    assert sum(outcome is None for outcome in outcomes) == 3
+    assert all(isinstance(outcome, TooManyStoredTasks) for outcome in outcomes if outcome is not None)
+
+
+async def test_a_resend_at_the_cap_still_names_its_task(store: TaskStore) -> None:
+    now = int(time.time() * 1000)
+    limit = ActiveLimit(cap=1, now_ms=now)
+    claim = IdempotencyClaim("resent-key", "f", 60_000)
+    first = under(claim)
+    assert await store.create(first, claim, limit) is None
+    assert await store.create(under(claim), claim, limit) == ExistingTask(first.task_id, "f")
+    with pytest.raises(TooManyActiveTasks):
+        await store.create(make_record(), limit=limit)  # the resend took no second place
+
+
+# --- connections ---------------------------------------------------------------------------------------------
 
 
 async def test_connections_left_idle_by_a_burst_are_closed(tmp_path: Path) -> None:
@@ -298,13 +407,13 @@ async def test_connections_left_idle_by_a_burst_are_closed(tmp_path: Path) -> No
 
 
 async def _burst_then_idle(valkey: ValkeyServer) -> None:
-    client = connect(valkey.url, max_connections=8, idle_s=0.5)
+    client = connect_single(valkey.url, max_connections=8, idle_s=0.5)
     assert isinstance(client.connection_pool, TrimmedPool)
-    probe = connect(valkey.url, max_connections=1)
+    probe = connect_single(valkey.url, max_connections=1)
 
     async def clients_until(done: Callable[[int], bool]) -> int:
         """Poll Valkey's own count of clients (another process's state: no event to wait on)."""
-        with anyio.fail_after(5):
+        with anyio.fail_after(WAIT_S):
             while not done(count := len(await probe.client_list())):  # noqa: ASYNC110
                 await asyncio.sleep(0.05)
         return count

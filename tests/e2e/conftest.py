@@ -1,8 +1,9 @@
-"""Shared end-to-end fixtures: fleets of three servers on one Valkey behind nginx (``tests.support.cluster``).
+"""Shared end-to-end fixtures: fleets of three servers behind nginx (``tests.support.cluster``), each
+run twice: on one Valkey, and on the session's Valkey Cluster (three primaries, three replicas).
 
-The module-scoped fleets are started once per test module; tests using them must leave them usable
-(no killed instances, no tasks left running). A test that breaks a fleet starts its own with
-``running_cluster`` instead.
+The module-scoped fleets are started once per test module and store; tests using them must leave them
+usable (no killed instances, no tasks left running). A test that breaks a fleet starts its own with
+``running_cluster`` instead (``store_url`` gives it the same choice of store).
 """
 
 from __future__ import annotations
@@ -15,17 +16,37 @@ from tests.support.cluster import Cluster, running_cluster
 
 CONFORMANCE_TOOLS = "ext_tasks.examples.conformance"
 TASK_TOOLS = "tests.e2e.task_tools"
+#: The stores every multi-instance fleet runs on: one Valkey, and the Valkey Cluster.
+STORES = ("valkey", "valkey-cluster")
 
 
-@pytest.fixture(scope="module")
-def conformance_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """Three servers with the conformance referee's fixtures, one Valkey, nginx round-robin."""
-    with running_cluster(tmp_path_factory.mktemp("conformance-cluster"), tools=CONFORMANCE_TOOLS) as cluster:
+def store_url_for(request: pytest.FixtureRequest, store: str) -> str | None:
+    """None for a Valkey of the fleet's own; the session cluster's seed URL for ``valkey-cluster``."""
+    if store == "valkey-cluster":
+        url: str = request.getfixturevalue("valkey_cluster").url
+        return url
+    return None
+
+
+@pytest.fixture(params=STORES)
+def store_url(request: pytest.FixtureRequest) -> str | None:
+    """For tests that start their own fleet: run them once per store."""
+    return store_url_for(request, request.param)
+
+
+@pytest.fixture(scope="module", params=STORES)
+def conformance_cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """Three servers with the conformance referee's fixtures, one store, nginx round-robin."""
+    directory = tmp_path_factory.mktemp(f"conformance-{request.param}")
+    url = store_url_for(request, request.param)
+    with running_cluster(directory, tools=CONFORMANCE_TOOLS, valkey_url=url) as cluster:
         yield cluster
 
 
-@pytest.fixture(scope="module")
-def tools_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """Three servers with ``tests.e2e.task_tools``, one Valkey, nginx round-robin."""
-    with running_cluster(tmp_path_factory.mktemp("tools-cluster"), tools=TASK_TOOLS) as cluster:
+@pytest.fixture(scope="module", params=STORES)
+def tools_cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """Three servers with ``tests.e2e.task_tools``, one store, nginx round-robin."""
+    directory = tmp_path_factory.mktemp(f"tools-{request.param}")
+    url = store_url_for(request, request.param)
+    with running_cluster(directory, tools=TASK_TOOLS, valkey_url=url) as cluster:
         yield cluster

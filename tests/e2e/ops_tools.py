@@ -26,3 +26,8 @@ async def ask_once(ctx: Context) -> str:
 @registry.tool(task="required", description="Finishes at once inside a task.")
 async def quick(ctx: Context) -> str:
     return "quick done"
+
+
+@registry.tool(task="required", sensitive=True, description="Finishes at once; its result is delivered once.")
+async def quick_secret(ctx: Context) -> str:
+    return "secret done"

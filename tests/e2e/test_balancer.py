@@ -8,6 +8,7 @@ Raw HTTP (httpx): every request carries the 2026-07-28 headers and ``_meta`` of 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -18,6 +19,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.e2e.test_conformance import SCORED_SCENARIOS, assert_all_passed, run_referee
 from tests.e2e.test_conformance_tasks import TASK_SCENARIOS
 from tests.support.cluster import (
     Cluster,
@@ -35,6 +38,7 @@ from tests.support.cluster import (
     running_worker,
     wait_for,
 )
+from tests.support.history import History
 from tests.support.mcp_http import modern_request, post
 from tests.support.processes import running_server
 from tests.support.valkey import running_valkey
@@ -63,8 +67,10 @@ RECOVERY_TIMEOUT_S = 60.0
 class TaskApi:
     """``tools/call`` of a task tool and ``tasks/get|update`` over raw HTTP, declaring the extension."""
 
-    def __init__(self, client: httpx.Client) -> None:
+    def __init__(self, client: httpx.Client, history: History | None = None) -> None:
         self.client = client
+        #: Every acknowledged creation and every status seen, checked when the test ends.
+        self.history = history if history is not None else History()
 
     def message(self, url: str, method: str, params: Mapping[str, Any]) -> dict[str, Any]:
         response, message = post(self.client, url, method, params, capabilities=CAPABILITIES)
@@ -81,10 +87,14 @@ class TaskApi:
         assert result["resultType"] == "task", result
         assert isinstance(result["taskId"], str), result
         assert result["taskId"], result
+        self.history.acknowledged(result["taskId"])
         return result
 
     def get_message(self, url: str, task_id: str) -> dict[str, Any]:
-        return self.message(url, "tasks/get", {"taskId": task_id})
+        sent = self.history.now()
+        message = self.message(url, "tasks/get", {"taskId": task_id})
+        self.history.answered(task_id, sent, message)
+        return message
 
     def get(self, url: str, task_id: str) -> dict[str, Any]:
         """The ``DetailedTask`` of ``tasks/get`` (asserted to succeed and to be about ``task_id``)."""
@@ -102,10 +112,21 @@ class TaskApi:
         return ack
 
 
+@contextlib.contextmanager
+def checked_api() -> Iterator[TaskApi]:
+    """The raw task API; at the end, what it saw must obey the history rules (no acknowledged task
+    lost, terminal is final, attempts bounded: ``tests.support.history``)."""
+    with httpx.Client(timeout=15.0, limits=httpx.Limits(max_connections=16)) as client:
+        api = TaskApi(client)
+        yield api
+    print(f"history: {api.history.summary()}")
+    assert api.history.violations() == []
+
+
 @pytest.fixture
 def api() -> Iterator[TaskApi]:
-    with httpx.Client(timeout=15.0, limits=httpx.Limits(max_connections=16)) as client:
-        yield TaskApi(client)
+    with checked_api() as api:
+        yield api
 
 
 def pid_in(text: object) -> int | None:
@@ -176,6 +197,33 @@ def test_tasks_scenario_passes_through_the_balancer(
     used = conformance_cluster.balancer.upstreams_used()
     print(f"requests per upstream so far: {dict(used)}")
     assert {f"127.0.0.1:{server.port}" for server in conformance_cluster.servers} <= set(used), used
+
+
+@dataclass
+class FleetUnderReferee:
+    """A fleet as the referee sees it: the balancer's URL, and every instance's log for the report."""
+
+    cluster: Cluster
+
+    @property
+    def url(self) -> str:
+        return self.cluster.url
+
+    def log(self) -> str:
+        return self.cluster.logs()[-8000:]
+
+
+def test_scored_2026_07_28_requirements_pass_through_the_balancer(conformance_cluster: Cluster, tmp_path: Path) -> None:
+    fleet = FleetUnderReferee(conformance_cluster)
+    out_dir = tmp_path / "requirements-2026-07-28"
+    run = run_referee(fleet, out_dir, "--requirements", "2026-07-28")
+    scored = set(run.scenarios) - run.not_scored
+    assert len(scored) == SCORED_SCENARIOS, sorted(scored)
+    assert_all_passed(run, scored, fleet)
+    scored_passed = sum(run.scenarios[name].passed for name in scored)
+    print(f"scored through nginx on {conformance_cluster.valkey_url}: {len(scored)} scenarios, {scored_passed} checks")
+    assert run.returncode == 0, run.summary()
+    assert run.failing_unscored == set(), run.summary()
 
 
 # --- b. tasks/get on any instance straight after CreateTaskResult --------------------------------------
@@ -293,9 +341,9 @@ def test_strict_headers_refuse_task_methods_without_mcp_name(tmp_path: Path, api
 # --- d. SIGKILL of an instance that is running tasks ---------------------------------------------------
 
 
-def test_sigkill_of_an_instance_running_tasks_loses_none(tmp_path: Path, api: TaskApi) -> None:
+def test_sigkill_of_an_instance_running_tasks_loses_none(tmp_path: Path, api: TaskApi, store_url: str | None) -> None:
     env = {"EXT_TASKS_LEASE_S": str(KILL_LEASE_S), "EXT_TASKS_SHUTDOWN_GRACE_S": "1"}
-    with running_cluster(tmp_path, tools=TASK_TOOLS, env=env) as cluster:
+    with running_cluster(tmp_path, tools=TASK_TOOLS, env=env, valkey_url=store_url) as cluster:
         task_ids = [api.create(cluster.url, "sleepy", {"seconds": KILL_SLEEP_S})["taskId"] for _ in range(KILL_TASKS)]
         assert len(set(task_ids)) == KILL_TASKS
 

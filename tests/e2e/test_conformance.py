@@ -18,10 +18,11 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import pytest
 
-from tests.support.processes import ServerProcess, running_server
+from tests.support.processes import running_server
 
 pytestmark = pytest.mark.e2e
 
@@ -36,6 +37,15 @@ _SCENARIO_LINE = re.compile(r"^([✓✗]) (\S+): (\d+) passed, (\d+) failed$")
 _TOTAL_LINE = re.compile(r"^Total: (\d+) passed, (\d+) failed$")
 _NOT_SCORED_LINE = re.compile(r"^\s+([✓✗]) (\S+) \(([^)]+)\)$")
 _RESULT_DIR = re.compile(r"^server-(.+)-\d{4}-\d{2}-\d{2}T[\d-]+Z$")
+
+
+class Served(Protocol):
+    """What the referee is pointed at: one server, or a fleet behind its balancer."""
+
+    @property
+    def url(self) -> str: ...
+
+    def log(self) -> str: ...
 
 
 @dataclass
@@ -102,7 +112,7 @@ def parse(returncode: int, output: str, stderr: str = "") -> RefereeRun:
     return RefereeRun(returncode, output, scenarios, total, not_scored, failing_unscored)
 
 
-def run_referee(server: ServerProcess, out_dir: Path, *selection: str) -> RefereeRun:
+def run_referee(server: Served, out_dir: Path, *selection: str) -> RefereeRun:
     command = f"conformance server --url {server.url} {' '.join(selection)} -o {out_dir}"
     argv = [npx(), "-y", "-p", "node@22", "-p", REFEREE, "-c", command]
     try:
@@ -137,7 +147,7 @@ def warnings_in(out_dir: Path, scenarios: set[str]) -> list[str]:
     return found
 
 
-def assert_all_passed(run: RefereeRun, names: set[str], server: ServerProcess) -> None:
+def assert_all_passed(run: RefereeRun, names: set[str], server: Served) -> None:
     failing = {name: run.scenarios[name] for name in names if not run.scenarios[name].ok or run.scenarios[name].failed}
     assert not failing, f"failing scenarios: {failing}\n{run.summary()}\nserver log:\n{server.log()}"
 

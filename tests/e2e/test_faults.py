@@ -34,6 +34,7 @@ import httpx
 import pytest
 from valkey import Valkey
 
+from ext_tasks.store.keys import PARTITION_TAGS, KeySchema
 from tests.support.cluster import fleet_env, keygen, running_servers, running_worker, wait_for
 from tests.support.mcp_http import modern_request, parse_reply
 from tests.support.processes import ServerProcess, stop
@@ -479,11 +480,18 @@ def test_sigterm_finishes_short_runs_and_hands_back_the_rest(
 
             # Nothing is held by the dead consumer: every unfinished run is back in the queue.
             prefix = env["EXT_TASKS_VALKEY_PREFIX"]
+            keys = KeySchema(prefix)
+            pending = 0
+            queued: list[dict[str, str]] = []
             with Valkey(host="127.0.0.1", port=valkey[0].port, decode_responses=True) as inspect:
-                pending = inspect.xpending(f"{prefix}:runs", "workers")
-                queued = inspect.xrange(f"{prefix}:runs")
-            assert pending["pending"] == 0, pending
-            queued_ids = sorted(fields["task"] for _, fields in queued)
+                for partition in PARTITION_TAGS:
+                    stream = keys.runs(partition)
+                    pending += inspect.xpending(stream, keys.run_group)["pending"]
+                    # Waiting for a worker: the entries after the last one the group delivered.
+                    (group,) = inspect.xinfo_groups(stream)
+                    queued += [fields for _, fields in inspect.xrange(stream, min=f"({group['last-delivered-id']}")]
+            assert pending == 0, pending
+            queued_ids = sorted(fields["task"] for fields in queued)
             assert queued_ids == sorted([*long_tasks, during_grace]), queued
 
             worker_started = time.monotonic()

@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.e2e.conftest import STORES, store_url_for
 from tests.support.cluster import Cluster, running_cluster, wait_for
 from tests.support.mcp_http import post
 
@@ -26,11 +27,13 @@ CLIENTS = 6
 RESENDS_PER_CLIENT = 5
 
 
-@pytest.fixture(scope="module")
-def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+@pytest.fixture(scope="module", params=STORES)
+def fleet(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     tokens = ",".join(f"{token}={principal}" for principal, token in TOKENS.items())
-    directory = tmp_path_factory.mktemp("idempotency-fleet")
-    with running_cluster(directory, tools="tests.e2e.idempotency_tools", env={"EXT_TASKS_TOKENS": tokens}) as cluster:
+    directory = tmp_path_factory.mktemp(f"idempotency-{request.param}")
+    env = {"EXT_TASKS_TOKENS": tokens}
+    url = store_url_for(request, request.param)
+    with running_cluster(directory, tools="tests.e2e.idempotency_tools", env=env, valkey_url=url) as cluster:
         yield cluster
 
 

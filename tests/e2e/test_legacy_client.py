@@ -66,8 +66,8 @@ def test_legacy_client_against_the_server(tmp_path: Path) -> None:
         assert_legacy_flow(run_client(server.url))
 
 
-def test_legacy_client_through_the_three_instance_balancer(tmp_path: Path) -> None:
-    with running_cluster(tmp_path, tools=TOOLS) as cluster:
+def test_legacy_client_through_the_three_instance_balancer(tmp_path: Path, store_url: str | None) -> None:
+    with running_cluster(tmp_path, tools=TOOLS, valkey_url=store_url) as cluster:
         assert_legacy_flow(run_client(cluster.url))
         used = cluster.balancer.upstreams_used()
         assert len(used) == len(cluster.servers), f"every instance must have served the session: {used}"

@@ -38,6 +38,7 @@ import pytest
 from valkey import Valkey
 
 from ext_tasks.protocol.resume import generate_key
+from ext_tasks.store.keys import KeySchema, partition_of
 from tests.e2e.test_faults import (
     AOF_ARGS,
     CAPABILITIES,
@@ -261,7 +262,7 @@ def test_valkey_back_empty_gets_a_new_run_queue_and_runs_new_tasks(
 
             def stuck() -> str:
                 with Valkey(host="127.0.0.1", port=first.port, decode_responses=True) as inspect:
-                    runs = f"{env['EXT_TASKS_VALKEY_PREFIX']}:runs"
+                    runs = KeySchema(env["EXT_TASKS_VALKEY_PREFIX"]).runs(partition_of(created))
                     groups = inspect.xinfo_groups(runs) if inspect.exists(runs) else "no stream"
                 return (
                     f"task {created} is {status_of(api, server, created)!r}; /readyz {readyz(client, server)}; "
@@ -608,7 +609,7 @@ def test_a_dead_worker_loop_is_restarted_and_readyz_says_not_ready_meanwhile(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     env = fleet_env(generate_key())
-    runs = f"{env['EXT_TASKS_VALKEY_PREFIX']}:runs"
+    keys = KeySchema(env["EXT_TASKS_VALKEY_PREFIX"])
     with (
         running_valkey(tmp_path / "valkey") as valkey,
         serving(tmp_path, env, valkey) as server,
@@ -619,12 +620,13 @@ def test_a_dead_worker_loop_is_restarted_and_readyz_says_not_ready_meanwhile(
         first = task_id_of(api.create(server.url, 0.1))
         assert first is not None
         wait_for(lambda: status_of(api, server, first) == "completed", WAIT_S, message="a first task done")
-        wait_for(lambda: direct.xlen(runs) == 0, WAIT_S, message="the run acknowledged")
+        runs = keys.runs(partition_of(first))
+        wait_for(lambda: direct.xpending(runs, keys.run_group)["pending"] == 0, WAIT_S, message="the run acknowledged")
         assert readyz(client, server) == 200
         log_mark = len(server.log())
 
-        # Another program overwrites the run queue: every queue command now answers WRONGTYPE, an error the
-        # store does not map to "unavailable", so it escapes the worker's loop.
+        # Another program overwrites a partition of the run queue: every read of the queue now answers
+        # WRONGTYPE, an error the store does not map to "unavailable", so it escapes the worker's loop.
         direct.delete(runs)
         direct.set(runs, "not a stream")
         broken_at = time.monotonic()

@@ -1,11 +1,14 @@
-"""A small fleet for end-to-end tests: one Valkey, several ``ext-tasks serve`` processes sharing it and one
-requestState key, and nginx in front of them doing plain round-robin.
+"""A small fleet for end-to-end tests: one Valkey (or a Valkey Cluster the caller started), several
+``ext-tasks serve`` processes sharing it and one requestState key, and nginx in front of them doing
+plain round-robin.
 
 ::
 
     with running_cluster(tmp_path, tools="tests.e2e.task_tools", env={"EXT_TASKS_LEASE_S": "2"}) as cluster:
         cluster.url               # through nginx
         cluster.servers[0].url    # one instance directly
+    with running_cluster(tmp_path, tools=..., valkey_url=valkey_cluster.url) as cluster:
+        ...                       # the same fleet on a Valkey Cluster (its own key prefix)
 
 Every process (valkey-server, servers, nginx, ``ext-tasks worker``) is stopped by its PID on exit,
 whatever happened meanwhile (a process a test already killed is left alone).
@@ -223,7 +226,9 @@ def running_nginx(
 
 @dataclass
 class Cluster:
-    valkey: ValkeyServer
+    #: The one Valkey the fleet started, or None on a store the caller provides (a Valkey Cluster).
+    valkey: ValkeyServer | None
+    valkey_url: str
     servers: list[ServerProcess]
     balancer: Balancer
     tools: str
@@ -263,14 +268,16 @@ def running_servers(
     *,
     count: int,
     tools: str,
-    valkey: ValkeyServer,
+    valkey: ValkeyServer | str,
     env: Mapping[str, str],
 ) -> Iterator[list[ServerProcess]]:
-    """``count`` servers on one Valkey (started together, then awaited); each stopped by PID on exit."""
+    """``count`` servers on one store (a Valkey, or a URL) started together, then awaited; each
+    stopped by PID on exit."""
+    url = valkey if isinstance(valkey, str) else valkey.url
     servers: list[ServerProcess] = []
     try:
         for _ in range(count):
-            servers.append(spawn_server(tmp_path, tools=tools, env=env, extra_args=("--valkey-url", valkey.url)))
+            servers.append(spawn_server(tmp_path, tools=tools, env=env, extra_args=("--valkey-url", url)))
         for server in servers:
             wait_listening(server)
         yield servers
@@ -281,16 +288,23 @@ def running_servers(
 
 @contextlib.contextmanager
 def running_cluster(
-    tmp_path: Path, *, tools: str, env: Mapping[str, str] | None = None, size: int = 3
+    tmp_path: Path,
+    *,
+    tools: str,
+    env: Mapping[str, str] | None = None,
+    size: int = 3,
+    valkey_url: str | None = None,
 ) -> Iterator[Cluster]:
-    """One valkey-server, ``size`` servers sharing it and one key (own key prefix), nginx round-robin."""
-    with running_valkey(tmp_path / "valkey") as valkey:
+    """``size`` servers sharing one store and one key (own key prefix), nginx round-robin. The store is
+    a valkey-server started here, or the one at ``valkey_url`` (left running)."""
+    with contextlib.ExitStack() as stack:
+        valkey = stack.enter_context(running_valkey(tmp_path / "valkey")) if valkey_url is None else None
+        url = valkey.url if valkey is not None else valkey_url
+        assert url is not None
         shared = fleet_env(keygen(), env)
-        with (
-            running_servers(tmp_path, count=size, tools=tools, valkey=valkey, env=shared) as servers,
-            running_nginx(tmp_path / "nginx", [server.port for server in servers]) as balancer,
-        ):
-            yield Cluster(valkey=valkey, servers=servers, balancer=balancer, tools=tools, env=shared)
+        servers = stack.enter_context(running_servers(tmp_path, count=size, tools=tools, valkey=url, env=shared))
+        balancer = stack.enter_context(running_nginx(tmp_path / "nginx", [server.port for server in servers]))
+        yield Cluster(valkey=valkey, valkey_url=url, servers=servers, balancer=balancer, tools=tools, env=shared)
 
 
 @dataclass
@@ -304,13 +318,14 @@ class WorkerProcess:
 
 @contextlib.contextmanager
 def running_worker(
-    tmp_path: Path, *, tools: str, valkey: ValkeyServer, env: Mapping[str, str]
+    tmp_path: Path, *, tools: str, valkey: ValkeyServer | str, env: Mapping[str, str]
 ) -> Iterator[WorkerProcess]:
-    """``ext-tasks worker`` (task workers only, no HTTP) on ``valkey``; stopped by PID on exit."""
+    """``ext-tasks worker`` (task workers only, no HTTP) on ``valkey`` (or a store URL); stopped by PID on exit."""
+    url = valkey if isinstance(valkey, str) else valkey.url
     log_path = tmp_path / f"worker-{uuid.uuid4().hex[:8]}.log"
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "ext_tasks", "worker", "--valkey-url", valkey.url, "--tools", tools],
+            [sys.executable, "-m", "ext_tasks", "worker", "--valkey-url", url, "--tools", tools],
             stdout=log,
             stderr=subprocess.STDOUT,
             env=child_env(env),

@@ -35,6 +35,7 @@ from ext_tasks.protocol.resume import ResumeCodec
 from ext_tasks.protocol.states import TaskEvent
 from ext_tasks.protocol.tasks import TaskRecord, transition
 from ext_tasks.replies import StreamReply
+from ext_tasks.store.base import Run
 from ext_tasks.store.memory import MemoryTaskStore
 from ext_tasks.task_methods import TaskMethods
 from ext_tasks.worker import Worker
@@ -67,16 +68,16 @@ class ContendedStore(MemoryTaskStore):
         self.lost = 0
 
     async def commit(
-        self, record: TaskRecord, *, expect_version: int, enqueue: bool = False, cancel: bool = False
+        self, before: TaskRecord, after: TaskRecord, *, enqueue: bool = False, finishing: Run | None = None
     ) -> bool:
-        current = await self.lookup(record.task_id)
+        current = await self.lookup(after.task_id)
         if self.losses > 0 and isinstance(current, TaskRecord):
             self.losses -= 1
             self.lost += 1
             message = f"{OTHER_WRITER} ({self.lost})"
             other = transition(current, TaskEvent.ANSWERED, current.updated_at_ms, status_message=message)
-            assert await super().commit(other, expect_version=current.version)
-        return await super().commit(record, expect_version=expect_version, enqueue=enqueue, cancel=cancel)
+            assert await super().commit(current, other)
+        return await super().commit(before, after, enqueue=enqueue, finishing=finishing)
 
 
 Waiting = tuple[ContendedStore, httpx.AsyncClient, str]

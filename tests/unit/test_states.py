@@ -46,7 +46,6 @@ from ext_tasks.protocol.tasks import (
     failed,
     input_requested,
     rerun_requested,
-    run_started,
     status_reported,
     task_wire,
     transition,
@@ -355,29 +354,35 @@ def test_task_wire_has_no_status_specific_member() -> None:
 
 def test_bookkeeping_operations_keep_the_status_and_bump_the_version() -> None:
     record = make_record(attempts=1)
-    started = run_started(record, T0 + 2_000)
+    started = transition(record, TaskEvent.RUN_STARTED, T0 + 2_000, attempts=2)
     assert (started.status, started.attempts, started.version) == (TaskStatus.WORKING, 2, record.version + 1)
     reported = status_reported(started, "halfway", T0 + 3_000)
     assert (reported.status, reported.status_message, reported.version) == (TaskStatus.WORKING, "halfway", 9)
     rerun = rerun_requested(reported, {"step": 2}, T0 + 4_000)
     assert (rerun.status, rerun.state, rerun.attempts, rerun.version) == (TaskStatus.WORKING, {"step": 2}, 0, 10)
     with pytest.raises(InvalidTransition):
-        run_started(waiting_record(name=NAME_REQUEST), T0 + 2_000)
+        transition(waiting_record(name=NAME_REQUEST), TaskEvent.RUN_STARTED, T0 + 2_000)
     with pytest.raises(InvalidTransition):
         status_reported(waiting_record(name=NAME_REQUEST), "halfway", T0 + 2_000)
 
 
 @pytest.mark.parametrize("status", sorted(TERMINAL))
 def test_the_first_delivery_is_the_delivered_edge_and_keeps_status_and_last_update(status: TaskStatus) -> None:
-    record = record_in(status)
+    record = dataclasses.replace(record_in(status), sensitive=True)
     after = delivered(record, T0 + 9_000, grace_ms=30_000)
     assert after is not None
     assert after.status is status
     assert after.version == record.version + 1
     assert after.delivered_at_ms == T0 + 9_000
     assert after.updated_at_ms == record.updated_at_ms  # a read, not an update: lastUpdatedAt stays
-    assert after.ttl_ms == record.ttl_ms  # not sensitive: the lifetime stays
     assert delivered(after, T0 + 10_000, grace_ms=30_000) is None  # only the first delivery counts
+
+
+@pytest.mark.parametrize("status", sorted(TERMINAL))
+def test_reading_a_task_that_is_not_sensitive_changes_nothing(status: TaskStatus) -> None:
+    # Only a sensitive outcome's first read has something to record (its lifetime shrinks); any other
+    # read is a read, so tasks/get stays one store command.
+    assert delivered(record_in(status), T0 + 9_000, grace_ms=30_000) is None
 
 
 def test_delivering_a_sensitive_outcome_shrinks_its_lifetime_to_the_grace() -> None:

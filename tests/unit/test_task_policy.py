@@ -83,12 +83,16 @@ def test_a_task_still_running_is_not_delivered() -> None:
     assert delivered(record(sensitive=True), now_ms=10, grace_ms=5) is None
 
 
-def test_a_delivered_normal_result_keeps_its_whole_life() -> None:
+def test_reading_a_normal_result_records_nothing() -> None:
     done = completed(record(), {"content": []}, 5)
+    assert delivered(done, now_ms=10, grace_ms=5) is None  # nothing to write: the read stays a read
+
+
+def test_a_sensitive_delivery_is_recorded_once() -> None:
+    done = completed(record(sensitive=True), {"content": []}, 5)
     marked = delivered(done, now_ms=10, grace_ms=5)
-    assert marked is not None
-    assert (marked.ttl_ms, marked.delivered_at_ms) == (done.ttl_ms, 10)
-    assert delivered(marked, now_ms=11, grace_ms=5) is None  # delivery is recorded once
+    assert marked is not None and marked.delivered_at_ms == 10
+    assert delivered(marked, now_ms=11, grace_ms=5) is None
 
 
 # --- through the engine -------------------------------------------------------------------------
@@ -220,7 +224,7 @@ async def test_a_sensitive_result_expires_a_grace_period_after_it_was_read() -> 
     task_id = created["taskId"]
     record_now = await store.lookup(task_id)
     assert isinstance(record_now, TaskRecord)
-    assert await store.commit(completed(record_now, {"content": []}, clock()), expect_version=record_now.version)
+    assert await store.commit(record_now, completed(record_now, {"content": []}, clock()))
     clock.now_ms += 60_000
     read = result(await call(engine, "tasks/get", {"taskId": task_id}))
     assert read["status"] == "completed"
@@ -237,7 +241,7 @@ async def test_a_non_sensitive_result_stays_for_its_whole_ttl() -> None:
     task_id = result(await call(engine, "tools/call", {"name": "deploy", "arguments": {"service": "s"}}))["taskId"]
     current = await store.lookup(task_id)
     assert isinstance(current, TaskRecord)
-    assert await store.commit(completed(current, {"content": []}, clock()), expect_version=current.version)
+    assert await store.commit(current, completed(current, {"content": []}, clock()))
     result(await call(engine, "tasks/get", {"taskId": task_id}))
     clock.now_ms += 3_600_000 - 1
     assert result(await call(engine, "tasks/get", {"taskId": task_id}))["ttlMs"] == 3_600_000

@@ -289,9 +289,9 @@ async def drop(method: str, params: dict[str, Any]) -> None:
     """Where the notifications of a call go when nobody listens."""
 
 
-async def execute(worker: Worker, task_id: str) -> TaskRecord | None:
+async def execute(worker: Worker, task_id: str, *, attempt: int = 1) -> TaskRecord | None:
     with anyio.fail_after(WAIT_S):
-        return await worker.execute(task_id)
+        return await worker.execute(task_id, attempt=attempt)
 
 
 def texts(result: dict[str, Any] | None) -> list[str]:
@@ -492,10 +492,12 @@ async def test_a_task_may_ask_more_rounds_of_questions_than_the_attempt_limit(
 async def test_a_task_whose_attempts_reached_the_limit_fails_without_running(
     worker: Worker, store: WatchedStore, probe: Probe
 ) -> None:
-    task_id = await add_task(store, "add", {"a": 1, "b": 1}, attempts=worker.options.max_attempts)
-    await execute(worker, task_id)
+    # The run comes back a fourth time (three deliveries were interrupted): it is not run again.
+    task_id = await add_task(store, "add", {"a": 1, "b": 1})
+    await execute(worker, task_id, attempt=worker.options.max_attempts + 1)
     stored = await store.record(task_id)
     assert stored.status is TaskStatus.FAILED
+    assert stored.attempts == worker.options.max_attempts
     assert stored.error is not None
     assert stored.error["code"] == INTERNAL_ERROR
     assert "giving up" in stored.error["message"]
@@ -504,8 +506,8 @@ async def test_a_task_whose_attempts_reached_the_limit_fails_without_running(
 
 
 async def test_a_task_below_the_attempt_limit_still_runs(worker: Worker, store: WatchedStore) -> None:
-    task_id = await add_task(store, "add", {"a": 1, "b": 1}, attempts=worker.options.max_attempts - 1)
-    await execute(worker, task_id)
+    task_id = await add_task(store, "add", {"a": 1, "b": 1})
+    await execute(worker, task_id, attempt=worker.options.max_attempts)
     stored = await store.record(task_id)
     assert stored.status is TaskStatus.COMPLETED
     assert stored.attempts == worker.options.max_attempts
@@ -625,13 +627,13 @@ async def test_stop_gives_an_unfinished_run_back_to_the_queue(
     assert probe.saw_cancel.is_set()
     interrupted = await store.record(task_id)
     assert interrupted.status is TaskStatus.WORKING
-    assert interrupted.attempts == 1
 
+    # It comes back as the second attempt (the interrupted one counts).
     runs = await store.next_runs("second", 10, block_ms=1_000)
-    assert [run.task_id for run in runs] == [task_id]
+    assert [(run.task_id, run.attempt) for run in runs] == [(task_id, 2)]
 
     second_worker = Worker(store, registry, consumer="second")
-    await execute(second_worker, task_id)
+    await execute(second_worker, task_id, attempt=runs[0].attempt)
     finished = await store.record(task_id)
     assert finished.status is TaskStatus.COMPLETED
     assert texts(finished.result) == ["finished on run 2"]
@@ -711,7 +713,7 @@ async def test_the_runtime_is_not_ready_while_a_worker_loop_is_down(
     registry: ToolRegistry, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = BrokenOnceStore()
-    monkeypatch.setattr(server_module, "build_store", lambda settings: store)
+    monkeypatch.setattr(server_module, "build_store", lambda settings, shared=None: store)
     runtime = server_module.Runtime(registry, Settings())
     assert runtime.store is store
     with pytest.raises(Busy):

@@ -1,0 +1,162 @@
+"""What one task operation costs the store: Valkey commands (``INFO commandstats``, summed over the
+primaries, commands run inside scripts included) and Valkey CPU (``/proc`` schedstat of the
+valkey-server processes), per operation, over sequential operations against a running server.
+
+Operations, each repeated ``count`` times one after the other (a client at a time, so nothing else is
+counted):
+
+* ``lifecycle``: ``tools/call`` of a task whose body returns at once, then ``tasks/get`` every
+  millisecond until it is ``completed`` (the polls are counted and reported with it);
+* ``lifecycle_input``: the same with one ``input_required`` answered through ``tasks/update``;
+* ``tasks_get``: one ``tasks/get`` of a finished task.
+
+The server's own background traffic (its workers' blocking reads, heartbeats, reclaim) is part of the
+count, measured alone for a second first and reported as commands per second. Used by ``python -m
+bench`` for every ext-tasks stack on Valkey (once per run, in the first round).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import httpx
+import valkey
+
+from .loadgen import ACCEPT_ANSWER, CAPABILITIES, CLIENT_INFO, PROTOCOL_VERSION, TERMINAL
+from .procs import ValkeyStore
+
+#: Our own commands, not the server's.
+_OURS = frozenset({"info", "config|resetstat"})
+POLL_S = 0.001
+
+
+@dataclass
+class Cost:
+    operations: int
+    commands: float
+    scripts: float
+    valkey_cpu_us: float
+    requests: float
+    top: dict[str, float]
+
+
+class _Client:
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.http = httpx.Client(timeout=10.0)
+        self.ids = itertools.count(1)
+
+    def call(self, method: str, name: str, params: dict[str, Any]) -> dict[str, Any]:
+        meta = {
+            "io.modelcontextprotocol/protocolVersion": PROTOCOL_VERSION,
+            "io.modelcontextprotocol/clientCapabilities": CAPABILITIES,
+            "io.modelcontextprotocol/clientInfo": CLIENT_INFO,
+        }
+        headers = {
+            "Accept": "application/json, text/event-stream",
+            "MCP-Protocol-Version": PROTOCOL_VERSION,
+            "Mcp-Method": method,
+            "Mcp-Name": name,
+        }
+        body = {"jsonrpc": "2.0", "id": next(self.ids), "method": method, "params": {**params, "_meta": meta}}
+        reply = self.http.post(self.url, json=body, headers=headers)
+        result = reply.json().get("result")
+        if reply.status_code != 200 or not isinstance(result, dict):
+            raise RuntimeError(f"{method}: HTTP {reply.status_code}: {reply.text[:300]}")
+        return result
+
+    def poll(self, task_id: str, wanted: frozenset[str]) -> tuple[dict[str, Any], int]:
+        polls = 0
+        while True:
+            task = self.call("tasks/get", task_id, {"taskId": task_id})
+            polls += 1
+            if task.get("status") in wanted:
+                return task, polls
+            if task.get("status") in TERMINAL:
+                raise RuntimeError(f"task ended {task.get('status')}")
+            time.sleep(POLL_S)
+
+
+class _Stats:
+    """Command counts and CPU of the store's primaries."""
+
+    def __init__(self, store: ValkeyStore) -> None:
+        self.store = store
+        # Any: valkey-py's sync client is untyped in places.
+        self.clients: list[Any] = [
+            valkey.Valkey(host="127.0.0.1", port=node.port, decode_responses=True) for node in store.nodes
+        ]
+
+    def reset(self) -> float:
+        for client in self.clients:
+            client.config_resetstat()
+        return self.store.cpu()
+
+    def read(self) -> Counter[str]:
+        calls: Counter[str] = Counter()
+        for client in self.clients:
+            for name, stats in client.info("commandstats").items():
+                command = name.removeprefix("cmdstat_")
+                if command not in _OURS:
+                    calls[command] += int(stats["calls"])
+        return calls
+
+    def close(self) -> None:
+        for client in self.clients:
+            client.close()
+
+
+def _measure(stats: _Stats, count: int, operation: Callable[[], int]) -> Cost:
+    cpu0 = stats.reset()
+    requests = sum(operation() for _ in range(count))
+    calls = stats.read()
+    cpu = stats.store.cpu() - cpu0
+    scripts = calls["evalsha"] + calls["eval"] + calls["fcall"]
+    top = {name: round(n / count, 2) for name, n in calls.most_common(8)}
+    return Cost(count, sum(calls.values()) / count, scripts / count, 1e6 * cpu / count, requests / count, top)
+
+
+def measure(url: str, store: ValkeyStore, count: int = 100) -> dict[str, Any]:
+    """The cost of each operation against the server at ``url`` (MCP endpoint) on ``store``."""
+    client = _Client(url)
+    stats = _Stats(store)
+    try:
+        stats.reset()
+        time.sleep(1.0)
+        idle_per_s = sum(stats.read().values())
+
+        def lifecycle() -> int:
+            created = client.call("tools/call", "instant", {"name": "instant", "arguments": {"label": "count"}})
+            _, polls = client.poll(created["taskId"], frozenset({"completed"}))
+            return 1 + polls
+
+        def lifecycle_input() -> int:
+            created = client.call("tools/call", "ask_in_task", {"name": "ask_in_task", "arguments": {"label": "n"}})
+            task_id = created["taskId"]
+            waiting, polls = client.poll(task_id, frozenset({"input_required"}))
+            answers = dict.fromkeys(waiting["inputRequests"], ACCEPT_ANSWER)
+            client.call("tasks/update", task_id, {"taskId": task_id, "inputResponses": answers})
+            _, more = client.poll(task_id, frozenset({"completed"}))
+            return 2 + polls + more
+
+        finished = client.call("tools/call", "instant", {"name": "instant", "arguments": {"label": "read"}})["taskId"]
+        client.poll(finished, frozenset({"completed"}))
+
+        def tasks_get() -> int:
+            client.call("tasks/get", finished, {"taskId": finished})
+            return 1
+
+        costs = {
+            "lifecycle": _measure(stats, count, lifecycle),
+            "lifecycle_input": _measure(stats, count, lifecycle_input),
+            "tasks_get": _measure(stats, count, tasks_get),
+        }
+        return {"idle_commands_per_s": idle_per_s, **{name: asdict(cost) for name, cost in costs.items()}}
+    finally:
+        stats.close()
+        client.http.close()

@@ -1,0 +1,366 @@
+"""The run queue on Valkey: one stream per partition, each with the consumer group ``workers``.
+
+* **Taking runs.** On one Valkey a worker reads every partition in one blocking ``XREADGROUP`` (at
+  most one entry per stream, so no partition starves). On a cluster each partition lives in its own
+  slot, and one command cannot read streams of several slots: a worker keeps one blocking reader per
+  partition, which reads only while the worker has room for a run. Runs read beyond the room the
+  worker asked for wait here (heartbeated with the worker's own, given back at close) for its next
+  call.
+* **Attempts** are counted by the stream itself: a run's first delivery is attempt 1; a run reclaimed
+  from a worker that stopped comes back with the delivery count the stream kept; a run given back at
+  shutdown is queued again carrying the attempts it already had (``after``). No write is needed to
+  count an attempt.
+* **Reclaim** runs partition by partition: runs idle longer than the lease move to this worker. The
+  same pass trims each stream of the entries every reader has acknowledged, so acknowledging a run
+  costs one command (``XACK``, inside the outcome's commit) and no ``XDEL``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, Final, TypeVar
+
+from valkey.exceptions import ResponseError
+
+from .base import Run
+from .keys import LEGACY_PARTITION, PARTITION_TAGS, KeySchema, partition_of
+from .plumbing import Topology, unavailable_on_connection_errors
+from .scripts import Script
+
+logger = logging.getLogger("ext_tasks.store")
+T = TypeVar("T")
+
+#: How often one worker trims the streams it reclaims from (trimming is housekeeping, not correctness).
+_TRIM_EVERY_S: Final = 30.0
+_READER_BLOCK_MS: Final = 1000
+
+RECLAIM: Final = Script(
+    "reclaim idle runs",
+    keys=("runs",),
+    args=("group", "consumer", "min_idle_ms", "count", "trim"),
+    body="""
+local found = {}
+local taken = {nil, {}}
+if tonumber(count) > 0 then
+  taken = redis.call('XAUTOCLAIM', runs, group, consumer, min_idle_ms, '0-0', 'COUNT', count)
+end
+for _, entry in ipairs(taken[2]) do
+  local id, fields = entry[1], entry[2]
+  if fields then
+    local task, after = nil, '0'
+    for i = 1, #fields, 2 do
+      if fields[i] == 'task' then task = fields[i + 1] elseif fields[i] == 'after' then after = fields[i + 1] end
+    end
+    local pending = redis.call('XPENDING', runs, group, id, id, 1)
+    local deliveries = pending[1] and pending[1][4] or 1
+    if task then
+      found[#found + 1] = id
+      found[#found + 1] = task
+      found[#found + 1] = tostring(tonumber(after) + deliveries)
+    end
+  end
+end
+if trim == '1' then
+  -- Everything below the oldest unacknowledged entry, and below the next undelivered one, is done.
+  local summary = redis.call('XPENDING', runs, group)
+  local floor = summary[2]
+  if not floor then
+    for _, info in ipairs(redis.call('XINFO', 'GROUPS', runs)) do
+      local named = {}
+      for i = 1, #info, 2 do named[info[i]] = info[i + 1] end
+      if named['name'] == group then
+        local ms, seq = string.match(named['last-delivered-id'], '^(%d+)-(%d+)$')
+        if ms then floor = ms .. '-' .. (seq + 1) end
+      end
+    end
+  end
+  if floor then redis.call('XTRIM', runs, 'MINID', '~', floor) end
+end
+return found
+""",
+)
+
+REQUEUE: Final = Script(
+    "give a run back",
+    keys=("runs",),
+    args=("group", "delivery", "task_id", "after"),
+    body="""
+redis.call('XADD', runs, '*', 'task', task_id, 'after', after)
+redis.call('XACK', runs, group, delivery)
+return 1
+""",
+)
+
+
+def _run(task_id: str, delivery: str, fields: dict[str, str]) -> Run:
+    return Run(task_id=task_id, delivery=delivery, attempt=int(fields.get("after", "0")) + 1)
+
+
+class ValkeyRunQueue:
+    def __init__(self, topology: Topology, keys: KeySchema) -> None:
+        self._topology = topology
+        self._client: Any = topology.client
+        self.keys = keys
+        self._partitions: list[str] = list(PARTITION_TAGS)
+        #: Runs taken for this process beyond what the worker asked for, in delivery order.
+        self._surplus: list[Run] = []
+        self._last_trim = 0.0
+        self._reclaim_from = 0
+        self._reclaim = RECLAIM.bind(self._client)
+        self._requeue = REQUEUE.bind(self._client)
+        self._readers: _PartitionReaders | None = None
+
+    async def open_queue(self) -> None:
+        """Create each partition's consumer group (idempotently); on one Valkey, also read the single
+        stream of earlier versions for as long as it holds runs."""
+        with unavailable_on_connection_errors():
+            for partition in PARTITION_TAGS:
+                await self._create_group(partition)
+            if not self._topology.cluster and await self._client.exists(self.keys.runs(LEGACY_PARTITION)):
+                await self._create_group(LEGACY_PARTITION)
+                self._partitions = [*PARTITION_TAGS, LEGACY_PARTITION]
+
+    async def _create_group(self, partition: str) -> None:
+        try:
+            await self._client.xgroup_create(self.keys.runs(partition), self.keys.run_group, id="0", mkstream=True)
+        except ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    async def _on_queue(self, command: Callable[[], Awaitable[T]]) -> T:
+        """Run a consumer-group command; if a group is gone (Valkey came back empty: restarted without
+        persistence, or flushed), create the groups again and retry once, so the workers carry on."""
+        with unavailable_on_connection_errors():
+            try:
+                return await command()
+            except ResponseError as exc:
+                if "NOGROUP" not in str(exc):
+                    raise
+            logger.warning("a run queue consumer group was gone (Valkey came back empty?); creating it again")
+            await self.open_queue()
+            return await command()
+
+    async def close_queue(self) -> None:
+        await self._stop_readers()
+        surplus, self._surplus = self._surplus, []
+        for run in surplus:  # taken, never started: give them back rather than wait for a reclaim
+            with contextlib.suppress(Exception):
+                await self._return_run(run, started=False)
+
+    async def _stop_readers(self) -> None:
+        if self._readers is not None:
+            readers, self._readers = self._readers, None
+            await readers.close()
+            self._surplus += readers.buffered()
+
+    # --- taking runs -------------------------------------------------------------------------------
+
+    async def next_runs(self, consumer: str, count: int, block_ms: int) -> list[Run]:
+        if count <= 0:
+            return []
+        if self._surplus:
+            runs, self._surplus = self._surplus[:count], self._surplus[count:]
+            return runs
+        if self._topology.cluster:
+            if self._readers is None or self._readers.consumer != consumer:
+                await self._stop_readers()
+                for run in self._surplus:  # another consumer's: back to the queue, uncounted
+                    await self._return_run(run, started=False)
+                self._surplus = []
+                self._readers = _PartitionReaders(self, consumer)
+            return await self._readers.take(count, block_ms)
+        runs = await self._read_all(consumer, block_ms)
+        self._surplus = runs[count:]
+        return runs[:count]
+
+    async def _read_all(self, consumer: str, block_ms: int) -> list[Run]:
+        """One blocking read of every partition, at most one entry from each."""
+        streams = {self.keys.runs(partition): ">" for partition in self._partitions}
+        reply = await self._on_queue(
+            lambda: self._client.xreadgroup(self.keys.run_group, consumer, streams, count=1, block=block_ms)
+        )
+        return [_run(fields["task"], entry_id, fields) for _, entries in reply or [] for entry_id, fields in entries]
+
+    async def read_partition(self, consumer: str, partition: str, block_ms: int) -> list[Run]:
+        """One blocking read of one partition (a cluster). Sent to the stream's node directly: left to
+        find the key itself, the cluster client would first ask the server (``COMMAND GETKEYS``) on every
+        read; a slot that moved meanwhile still answers MOVED, which the client follows."""
+        stream = self.keys.runs(partition)
+
+        async def read() -> Any:
+            node = self._client.get_node_from_key(stream)
+            return await self._client.execute_command(
+                "XREADGROUP", "GROUP", self.keys.run_group, consumer, "COUNT", 1, "BLOCK", block_ms,
+                "STREAMS", stream, ">", target_nodes=node,
+            )  # fmt: skip
+
+        reply = await self._on_queue(read)
+        return [_run(fields["task"], entry_id, fields) for _, entries in reply or [] for entry_id, fields in entries]
+
+    # --- keeping, returning and acknowledging runs -----------------------------------------------------
+
+    async def heartbeat(self, consumer: str, runs: list[Run]) -> None:
+        held = [*runs, *self._surplus, *(self._readers.buffered() if self._readers is not None else ())]
+        if not held:
+            return
+        by_stream = _by_stream(self.keys, held)
+
+        async def claim_again() -> None:
+            # Re-claiming one's own entries resets their idle time, which is what `reclaim` measures;
+            # JUSTID leaves their delivery count (the attempts) alone.
+            await asyncio.gather(
+                *(
+                    self._client.xclaim(stream, self.keys.run_group, consumer, 0, deliveries, justid=True)
+                    for stream, deliveries in by_stream.items()
+                )
+            )
+
+        await self._on_queue(claim_again)
+
+    async def reclaim(self, consumer: str, min_idle_ms: int, count: int) -> list[Run]:
+        """At most ``count`` idle runs, partition after partition (starting one further each time, so
+        no partition waits behind the others). Never more than asked for: a claimed run counts as a
+        delivery, and one claimed but not run would only be reclaimed again, an attempt lost."""
+        trim = time.monotonic() - self._last_trim >= _TRIM_EVERY_S
+        if trim:
+            self._last_trim = time.monotonic()
+        self._reclaim_from = (self._reclaim_from + 1) % len(self._partitions)
+        order = self._partitions[self._reclaim_from :] + self._partitions[: self._reclaim_from]
+        runs: list[Run] = []
+        for partition in order:
+            if len(runs) >= count and not trim:
+                break
+            runs += await self._reclaim_partition(partition, consumer, min_idle_ms, count - len(runs), trim)
+        return runs
+
+    async def _reclaim_partition(
+        self, partition: str, consumer: str, min_idle_ms: int, count: int, trim: bool
+    ) -> list[Run]:
+        args = {
+            "group": self.keys.run_group,
+            "consumer": consumer,
+            "min_idle_ms": str(min_idle_ms),
+            "count": str(count),
+            "trim": "1" if trim else "",
+        }
+        stream = self.keys.runs(partition)
+        reply: list[str] = await self._on_queue(lambda: self._reclaim(keys={"runs": stream}, args=args))
+        return [
+            Run(task_id=reply[i + 1], delivery=reply[i], attempt=int(reply[i + 2])) for i in range(0, len(reply), 3)
+        ]
+
+    async def ack(self, run: Run) -> None:
+        stream = self.keys.runs(partition_of(run.task_id))
+        await self._on_queue(lambda: self._client.xack(stream, self.keys.run_group, run.delivery))
+
+    async def requeue(self, run: Run) -> None:
+        await self._return_run(run, started=True)
+
+    async def _return_run(self, run: Run, *, started: bool) -> None:
+        """Queue ``run`` again and acknowledge this delivery; a run that never started keeps its count."""
+        with unavailable_on_connection_errors():
+            await self._requeue(
+                keys={"runs": self.keys.runs(partition_of(run.task_id))},
+                args={
+                    "group": self.keys.run_group,
+                    "delivery": run.delivery,
+                    "task_id": run.task_id,
+                    "after": str(run.attempt if started else run.attempt - 1),
+                },
+            )
+
+    async def queue_depth(self) -> int:
+        """Runs waiting for a worker or in flight, over every partition."""
+
+        async def depth(partition: str) -> int:
+            groups = await self._client.xinfo_groups(self.keys.runs(partition))
+            return sum(int(group.get("pending") or 0) + int(group.get("lag") or 0) for group in groups)
+
+        with unavailable_on_connection_errors():
+            return sum(await asyncio.gather(*(depth(partition) for partition in self._partitions)))
+
+
+def _by_stream(keys: KeySchema, runs: Iterable[Run]) -> dict[str, list[str]]:
+    grouped: dict[str, list[str]] = {}
+    for run in runs:
+        grouped.setdefault(keys.runs(partition_of(run.task_id)), []).append(run.delivery)
+    return grouped
+
+
+class _PartitionReaders:
+    """One blocking reader per partition (a cluster), reading only while the worker has room."""
+
+    def __init__(self, queue: ValkeyRunQueue, consumer: str) -> None:
+        self.consumer = consumer
+        self._queue = queue
+        self._ready: asyncio.Queue[Run] = asyncio.Queue()
+        self._wanted = 0
+        self._demand = asyncio.Event()
+        self._closing = False
+        self._readers = [
+            asyncio.create_task(self._read(partition), name=f"ext-tasks-runs-{partition}")
+            for partition in queue._partitions
+        ]
+
+    def buffered(self) -> list[Run]:
+        """Runs read but not yet handed to the worker (they are ours: keep them heartbeated)."""
+        return list(self._ready._queue)  # type: ignore[attr-defined]
+
+    async def take(self, count: int, block_ms: int) -> list[Run]:
+        runs = self._drain(count)
+        if not runs:
+            self._wanted = count
+            self._demand.set()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(block_ms / 1000):
+                    runs.append(await self._ready.get())
+            runs += self._drain(count - len(runs))
+        self._wanted = 0
+        self._demand.clear()
+        return runs
+
+    def _drain(self, count: int) -> list[Run]:
+        runs: list[Run] = []
+        while len(runs) < count and not self._ready.empty():
+            runs.append(self._ready.get_nowait())
+        return runs
+
+    async def _read(self, partition: str) -> None:
+        me = asyncio.current_task()
+        assert me is not None
+        while True:
+            await self._demand.wait()
+            if self._closing:
+                return
+            try:
+                runs = await self._queue.read_partition(self.consumer, partition, _READER_BLOCK_MS)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the store is away: the worker's loop reports it
+                logger.debug("reading partition %s failed (%s)", partition, type(exc).__name__)
+                await asyncio.sleep(1.0)
+                continue
+            for run in runs:
+                self._ready.put_nowait(run)
+                self._wanted -= 1
+            if self._wanted <= 0:
+                self._demand.clear()
+            if me.cancelling():
+                # The cluster client can swallow a cancellation that lands while a blocking read times
+                # out (it returns the empty reply instead); honour it here, or shutdown waits forever.
+                raise asyncio.CancelledError
+
+    async def close(self) -> None:
+        """Stop reading: a read in progress may still deliver (within its block time); it is kept in
+        :meth:`buffered` for the caller to give back. Cancelling it instead would lose its reply, and
+        the run would wait for a reclaim."""
+        self._closing = True
+        self._demand.set()  # wake the idle readers: they see the flag and return
+        _, late = await asyncio.wait(self._readers, timeout=_READER_BLOCK_MS / 1000 + 1.0)
+        for reader in late:
+            reader.cancel()
+        await asyncio.gather(*self._readers, return_exceptions=True)

@@ -1,0 +1,279 @@
+"""Task records on Valkey: one hash per task, created and changed by scripts that each touch one slot.
+
+Creating a task is at most two atomic steps, each in one slot:
+
+1. **Reserve a place** among the owner's (only when a cap is configured): the owner's places are one
+   sorted set in the owner's slot, a member per kept task scored by its expiry, negated while the task
+   is unfinished. One script forgets lapsed places, checks both caps and takes the place, so the caps
+   are **exact** under any concurrency, across instances and shards. A task that finishes gives its
+   active place back (its score turns positive) right after its outcome is committed; a process that
+   dies between the two steps leaves the place counted as active until the task expires, so the cap
+   errs toward refusing, never toward letting more through.
+2. **Create** in the task's partition slot: the idempotency check, the hash, its tombstone and the
+   first run. When the idempotency key already names a task, the reserved place is given back.
+
+A commit is a compare-and-set on ``version`` that writes only the changed fields, and in the same step
+may queue a run, acknowledge the run that produced it, and publish the change on the task's sharded
+channel: only if someone marked the task watched, so an unwatched task's commit publishes nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from typing import Any, Final, cast
+
+from ..protocol.tasks import TaskRecord, task_event
+from .base import ActiveLimit, ExistingTask, Expired, IdempotencyClaim, Run, TooManyActiveTasks, TooManyStoredTasks
+from .codec import changes, encode_json, field_map, flat, record_from_fields
+from .keys import KeySchema, partition_of
+from .memory import TOMBSTONE_MS
+from .plumbing import Topology, unavailable_on_connection_errors
+from .scripts import Script
+
+#: The score of a place of a task without expiry (within a double's exact integers).
+_NEVER: Final = 2**52
+_REFUSED_ACTIVE: Final = -2
+_REFUSED_STORED: Final = -3
+
+RESERVE: Final = Script(
+    "reserve a place",
+    keys=("places",),
+    args=(
+        "member",
+        "score",
+        "expires_at",
+        "lapsed_min",
+        "lapsed_max",
+        "live_unfinished_max",
+        "active_cap",
+        "stored_cap",
+    ),
+    body="""
+if stored_cap ~= '' and redis.call('ZCARD', places) >= tonumber(stored_cap) then
+  redis.call('ZREMRANGEBYSCORE', places, lapsed_min, lapsed_max)
+  if redis.call('ZCARD', places) >= tonumber(stored_cap) then return -3 end
+end
+if active_cap ~= '' and redis.call('ZCOUNT', places, '-inf', live_unfinished_max) >= tonumber(active_cap) then
+  return -2
+end
+redis.call('ZADD', places, score, member)
+if redis.call('PEXPIREAT', places, expires_at, 'GT') == 0 then redis.call('PEXPIREAT', places, expires_at, 'NX') end
+return 1
+""",
+)
+
+CREATE: Final = Script(
+    "create a task",
+    keys=("record", "tombstone", "runs", "idempotency"),
+    args=("task_id", "owner", "expires_at", "tombstone_until", "idempotency_value", "idempotency_window_ms"),
+    body="""
+if idempotency_value ~= '' then
+  local prior = redis.call('GET', idempotency)
+  if prior then return prior end
+end
+redis.call('HSET', record, unpack(rest))
+if expires_at ~= '' then
+  redis.call('PEXPIREAT', record, expires_at)
+  redis.call('SET', tombstone, owner, 'PXAT', tombstone_until)
+end
+if idempotency_value ~= '' then redis.call('SET', idempotency, idempotency_value, 'PX', idempotency_window_ms) end
+redis.call('XADD', runs, '*', 'task', task_id)
+return 1
+""",
+)
+
+COMMIT: Final = Script(
+    "commit a change",
+    keys=("record", "runs", "channel"),
+    args=("task_id", "expect_version", "dropped", "expires_at", "enqueue", "finishing", "group", "event"),
+    body="""
+local seen = redis.call('HMGET', record, 'version', 'watched')
+if not seen[1] then return -1 end
+if seen[1] ~= expect_version then return 0 end
+redis.call('HSET', record, unpack(rest))
+if dropped ~= '' then
+  local names = {}
+  for name in string.gmatch(dropped, '%S+') do names[#names + 1] = name end
+  redis.call('HDEL', record, unpack(names))
+end
+if expires_at ~= '' then redis.call('PEXPIREAT', record, expires_at) end
+if enqueue == '1' then redis.call('XADD', runs, '*', 'task', task_id) end
+if finishing ~= '' then redis.call('XACK', runs, group, finishing) end
+if seen[2] then redis.call('SPUBLISH', channel, event) end
+return 1
+""",
+)
+
+MARK_WATCHED: Final = Script(
+    "mark a task watched",
+    keys=("record",),
+    args=(),
+    body="""
+if redis.call('EXISTS', record) == 1 then redis.call('HSET', record, 'watched', '1') end
+return 1
+""",
+)
+
+
+class ValkeyRecords:
+    def __init__(self, topology: Topology, keys: KeySchema, *, owner_places: bool = True) -> None:
+        self._client: Any = topology.client
+        self.keys = keys
+        #: Whether caps keep owners' places (off when the deployment configures no cap: nothing to settle).
+        self._places = owner_places
+        self._reserve = RESERVE.bind(self._client)
+        self._create = CREATE.bind(self._client)
+        self._commit = COMMIT.bind(self._client)
+        self._mark_watched = MARK_WATCHED.bind(self._client)
+
+    async def create(
+        self, record: TaskRecord, idempotency: IdempotencyClaim | None = None, limit: ActiveLimit | None = None
+    ) -> ExistingTask | None:
+        if idempotency is not None and partition_of(record.task_id) != idempotency.partition:
+            raise ValueError("a task created under an idempotency key takes the key's partition")
+        reserved = limit is not None and (limit.cap > 0 or limit.stored_cap > 0)
+        if reserved:
+            assert limit is not None
+            refused = await self._take_place(record, limit)
+            if refused is not None:
+                prior = await self._prior(idempotency) if idempotency is not None else None
+                if prior is not None:
+                    return prior  # a resend at the cap still names its task
+                raise refused
+        try:
+            created = await self._create_in_partition(record, idempotency)
+        except BaseException:
+            if reserved:
+                with contextlib.suppress(Exception):
+                    await self._give_back(record)
+            raise
+        if isinstance(created, str):
+            if reserved:
+                await self._give_back(record)
+            task_id, _, fingerprint = created.partition(" ")
+            return ExistingTask(task_id, fingerprint)
+        return None
+
+    async def _take_place(self, record: TaskRecord, limit: ActiveLimit) -> Exception | None:
+        expires = record.expires_at_ms if record.expires_at_ms is not None else _NEVER
+        now = limit.now_ms
+        with unavailable_on_connection_errors():
+            outcome = await self._reserve(
+                keys={"places": self.keys.owner_places(record.owner)},
+                args={
+                    "member": record.task_id,
+                    "score": str(-expires),
+                    "expires_at": str(expires),
+                    "lapsed_min": str(-now),
+                    "lapsed_max": str(now),
+                    "live_unfinished_max": f"({-now}",
+                    "active_cap": str(limit.cap) if limit.cap > 0 else "",
+                    "stored_cap": str(limit.stored_cap) if limit.stored_cap > 0 else "",
+                },
+            )
+        if outcome == _REFUSED_ACTIVE:
+            return TooManyActiveTasks(record.owner)
+        if outcome == _REFUSED_STORED:
+            return TooManyStoredTasks(record.owner)
+        return None
+
+    async def _give_back(self, record: TaskRecord) -> None:
+        with unavailable_on_connection_errors():
+            await self._client.zrem(self.keys.owner_places(record.owner), record.task_id)
+
+    async def _prior(self, idempotency: IdempotencyClaim) -> ExistingTask | None:
+        with unavailable_on_connection_errors():
+            prior = await self._client.get(self.keys.idempotency(idempotency.key))
+        if not prior:
+            return None
+        task_id, _, fingerprint = str(prior).partition(" ")
+        return ExistingTask(task_id, fingerprint)
+
+    async def _create_in_partition(self, record: TaskRecord, idempotency: IdempotencyClaim | None) -> Any:
+        expires = record.expires_at_ms
+        task_key = self.keys.task(record.task_id)
+        tombstone = self.keys.tombstone(record.task_id)
+        with unavailable_on_connection_errors():
+            return await self._create(
+                keys={
+                    "record": task_key,
+                    "tombstone": tombstone,
+                    "runs": self.keys.runs(partition_of(record.task_id)),
+                    # Not touched without a claim; any key of the task's slot fills the place.
+                    "idempotency": tombstone if idempotency is None else self.keys.idempotency(idempotency.key),
+                },
+                args={
+                    "task_id": record.task_id,
+                    "owner": record.owner,
+                    "expires_at": "" if expires is None else str(expires),
+                    "tombstone_until": "" if expires is None else str(expires + TOMBSTONE_MS),
+                    "idempotency_value": "" if idempotency is None else f"{record.task_id} {idempotency.fingerprint}",
+                    "idempotency_window_ms": "" if idempotency is None else str(max(1, idempotency.window_ms)),
+                },
+                rest=flat(field_map(record)),
+            )
+
+    async def lookup(self, task_id: str) -> TaskRecord | Expired | None:
+        with unavailable_on_connection_errors():
+            fields = cast(dict[str, str], await self._client.hgetall(self.keys.task(task_id)))
+            if fields:
+                return record_from_fields(fields)
+            owner = await self._client.get(self.keys.tombstone(task_id))
+        return None if owner is None else Expired(owner)
+
+    async def owners(self, task_ids: Sequence[str]) -> dict[str, str]:
+        if not task_ids:
+            return {}
+        with unavailable_on_connection_errors():
+            async with self._client.pipeline(transaction=False) as pipe:
+                for task_id in task_ids:
+                    pipe.hget(self.keys.task(task_id), "owner")
+                found = await pipe.execute()
+        return {task_id: owner for task_id, owner in zip(task_ids, found, strict=True) if owner is not None}
+
+    async def commit(
+        self, before: TaskRecord, after: TaskRecord, *, enqueue: bool = False, finishing: Run | None = None
+    ) -> bool:
+        changed, dropped = changes(before, after)
+        expires = after.expires_at_ms
+        task_id = after.task_id
+        with unavailable_on_connection_errors():
+            outcome = await self._commit(
+                keys={
+                    "record": self.keys.task(task_id),
+                    "runs": self.keys.runs(partition_of(task_id)),
+                    "channel": self.keys.task_channel(task_id),
+                },
+                args={
+                    "task_id": task_id,
+                    "expect_version": str(before.version),
+                    "dropped": " ".join(dropped),
+                    "expires_at": "" if expires is None or expires == before.expires_at_ms else str(expires),
+                    "enqueue": "1" if enqueue else "",
+                    "finishing": "" if finishing is None else finishing.delivery,
+                    "group": self.keys.run_group,
+                    "event": encode_json(task_event(after)),
+                },
+                rest=flat(changed),
+            )
+            if outcome != 1:
+                return False
+            if self._places and _place_changes(before, after):
+                await self._settle_place(after)
+        return True
+
+    async def _settle_place(self, after: TaskRecord) -> None:
+        """A finished task gives its active place back (its place now lapses with the task)."""
+        expires = after.expires_at_ms if after.expires_at_ms is not None else _NEVER
+        await self._client.zadd(self.keys.owner_places(after.owner), {after.task_id: expires}, xx=True)
+
+    async def mark_watched(self, task_id: str) -> None:
+        """From now on every commit of the task is published on its channel."""
+        with unavailable_on_connection_errors():
+            await self._mark_watched(keys={"record": self.keys.task(task_id)}, args={})
+
+
+def _place_changes(before: TaskRecord, after: TaskRecord) -> bool:
+    """The task finished, or a finished task's expiry moved (a sensitive outcome was handed out)."""
+    return after.terminal and (not before.terminal or after.expires_at_ms != before.expires_at_ms)

