@@ -149,7 +149,11 @@ class _Link:
         self._owner = owner
         self._connection: Connection | None = None
         self._confirmed: dict[str, asyncio.Future[None]] = {}
-        self._leaving: set[str] = set()
+        #: SUNSUBSCRIBEs sent and not yet answered, per channel. Replies come in the order the commands
+        #: went out, so a ``sunsubscribe`` while one is outstanding is ours; any other means the node
+        #: ended the subscription (its slot moved). A count, not a flag: a channel may be left and
+        #: joined again before the node answered.
+        self._leaving: dict[str, int] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._lock = asyncio.Lock()
 
@@ -162,7 +166,6 @@ class _Link:
             confirmed = self._confirmed.get(channel)
             if confirmed is None or (confirmed.done() and confirmed.exception() is not None):
                 confirmed = self._confirmed[channel] = asyncio.get_running_loop().create_future()
-                self._leaving.discard(channel)
                 try:
                     with unavailable_on_connection_errors():
                         connection = await self._connect()
@@ -182,7 +185,7 @@ class _Link:
         self._confirmed.pop(channel, None)
         if self._connection is None:
             return
-        self._leaving.add(channel)
+        self._leaving[channel] = self._leaving.get(channel, 0) + 1
         with contextlib.suppress(Exception):
             await self._connection.send_command("SUNSUBSCRIBE", channel, check_health=False)
 
@@ -225,8 +228,10 @@ class _Link:
             if confirmed is not None and not confirmed.done():
                 confirmed.set_result(None)
         elif kind == "sunsubscribe":
-            if channel in self._leaving:
-                self._leaving.discard(channel)
+            if self._leaving.get(channel, 0) > 0:
+                self._leaving[channel] -= 1
+                if not self._leaving[channel]:
+                    del self._leaving[channel]
             elif channel in self._confirmed:
                 del self._confirmed[channel]
                 self._owner.moved(self, channel)

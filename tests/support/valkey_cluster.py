@@ -93,6 +93,13 @@ class ValkeyCluster:
                     return int(primary[1])
         return None
 
+    def restart(self, node: ClusterNode) -> None:
+        """Start a node that was stopped again, on its ports and with its ``nodes.conf`` (so it rejoins
+        as itself; without persistence its keys are gone), and wait for ``cluster_state:ok``."""
+        directory = node.server.directory
+        node.server = start_valkey(directory, port=node.port, extra_args=_node_args(directory, node.bus_port))
+        wait_until(lambda: all(other.cluster_info().get("cluster_state") == "ok" for other in self.nodes), 30)
+
     def flush(self) -> None:
         for node in self.primaries:
             with node.client() as client:
@@ -117,23 +124,24 @@ def wait_until(predicate: object, timeout_s: float, interval_s: float = 0.05) ->
     raise TimeoutError(f"cluster condition not reached within {timeout_s}s (last error: {last!r})")
 
 
+def _node_args(directory: Path, bus_port: int) -> tuple[str, ...]:
+    return (
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        str(directory / "nodes.conf"),
+        "--cluster-node-timeout",
+        "2000",
+        "--cluster-port",
+        str(bus_port),
+        "--repl-diskless-sync-delay",
+        "0",
+    )
+
+
 def _start_node(directory: Path) -> ClusterNode:
     bus_port = free_port()
-    server = start_valkey(
-        directory,
-        extra_args=(
-            "--cluster-enabled",
-            "yes",
-            "--cluster-config-file",
-            str(directory / "nodes.conf"),
-            "--cluster-node-timeout",
-            "2000",
-            "--cluster-port",
-            str(bus_port),
-            "--repl-diskless-sync-delay",
-            "0",
-        ),
-    )
+    server = start_valkey(directory, extra_args=_node_args(directory, bus_port))
     node = ClusterNode(server=server, bus_port=bus_port)
     with node.client() as client:
         node.node_id = str(client.execute_command("CLUSTER", "MYID"))
