@@ -33,6 +33,7 @@ from .procs import ValkeyStore
 #: Our own commands, not the server's.
 _OURS = frozenset({"info", "config|resetstat"})
 POLL_S = 0.001
+POLL_TIMEOUT_S = 10.0
 
 
 @dataclass
@@ -72,7 +73,8 @@ class _Client:
 
     def poll(self, task_id: str, wanted: frozenset[str]) -> tuple[dict[str, Any], int]:
         polls = 0
-        while True:
+        deadline = time.monotonic() + POLL_TIMEOUT_S
+        while time.monotonic() < deadline:
             task = self.call("tasks/get", task_id, {"taskId": task_id})
             polls += 1
             if task.get("status") in wanted:
@@ -80,6 +82,7 @@ class _Client:
             if task.get("status") in TERMINAL:
                 raise RuntimeError(f"task ended {task.get('status')}")
             time.sleep(POLL_S)
+        raise RuntimeError(f"task {task_id} not {sorted(wanted)} within {POLL_TIMEOUT_S:g} s")
 
 
 class _Stats:

@@ -1,11 +1,13 @@
 """Resharding under load: slots move between the primaries of a Valkey Cluster while tasks are created,
 run, asked for input, answered, cancelled and polled through three instances behind nginx.
 
-The moves use Valkey 9's atomic slot migration and cover the slots of six of the sixteen run-queue
-partitions (records, streams with their consumer groups, idempotency keys and the tasks' sharded
-channels all move with them), away and back again. What clients may see is what the history rules allow
-(``tests.support.history``): no acknowledged task lost, terminal is final, attempts bounded, and, beyond
-that, no error at all: a redirected command is retried inside the store client.
+The moves cover the slots of six of the sixteen run-queue partitions (records, streams with their
+consumer groups, idempotency keys and the tasks' sharded channels all move with them), away and back
+again: with Valkey 9's atomic slot migration, and once the classic way (``SETSLOT``/``MIGRATE``, a few
+keys at a time), during which commands meet ``ASK`` and scripts whose keys are split meet
+``TRYAGAIN``. What clients may see is what the history rules allow (``tests.support.history``): no
+acknowledged task lost, terminal is final, attempts bounded, and, beyond that, no error at all: a
+redirected command is retried inside the store client.
 """
 
 from __future__ import annotations
@@ -29,8 +31,10 @@ pytestmark = pytest.mark.e2e
 
 TOOLS = "tests.e2e.task_tools"
 CLIENTS = 6
-#: The slot ranges moved: partitions 0-2 (slots 0-3071) and 6-8 (6144-9215), each to another primary.
-MOVES = ((0, 3071), (6144, 9215))
+#: The slot ranges moved: partitions 0-2 (slots 0-3071) and 6-8 (6144-9215), each to another primary
+#: and back with atomic slot migration; then partition 0's sixteenth (0-1023) the classic way, keys
+#: migrated a few at a time, so clients meet ASK and TRYAGAIN while it happens.
+MOVES = ((0, 3071, "atomic"), (6144, 9215, "atomic"), (0, 1023, "classic"))
 SETTLE_TIMEOUT_S = 60.0
 
 
@@ -119,13 +123,17 @@ def test_moving_slots_between_primaries_under_load_loses_nothing(
         try:
             load.wait_for_more(20)
             moved: list[str] = []
-            for lo, hi in MOVES:
+            for lo, hi, how in MOVES:
                 home = valkey_cluster.owner_of(lo)
                 away = next(node for node in valkey_cluster.primaries if node is not home)
                 for target in (away, home):  # away, then back: the layout ends as it began
                     started = time.monotonic()
-                    valkey_cluster.move_slots(lo, hi, target)
-                    moved.append(f"{lo}-{hi} -> :{target.port} in {time.monotonic() - started:.2f}s")
+                    if how == "atomic":
+                        valkey_cluster.move_slots(lo, hi, target)
+                        keys = ""
+                    else:
+                        keys = f", {valkey_cluster.move_slots_classic(lo, hi, target)} keys"
+                    moved.append(f"{how} {lo}-{hi} -> :{target.port} in {time.monotonic() - started:.2f}s{keys}")
                     load.wait_for_more(10)
         finally:
             load.stop.set()

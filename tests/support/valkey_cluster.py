@@ -85,6 +85,33 @@ class ValkeyCluster:
         wait_until(lambda: all(self._owner_port_seen_by(node, lo) == target.port for node in self.primaries), timeout_s)
         wait_until(lambda: all(self._owner_port_seen_by(node, hi) == target.port for node in self.primaries), timeout_s)
 
+    def move_slots_classic(
+        self, lo: int, hi: int, target: ClusterNode, batch: int = 10, pause_s: float = 0.02, timeout_s: float = 60.0
+    ) -> int:
+        """Move slots ``lo..hi`` to ``target`` the classic way (``SETSLOT IMPORTING/MIGRATING``, then
+        ``MIGRATE`` the keys ``batch`` at a time with a pause between batches, then ``SETSLOT NODE``), so
+        that clients meet ``ASK`` (a key already moved) and ``TRYAGAIN`` (a script whose keys are split
+        between the nodes) meanwhile. Returns the number of keys moved."""
+        source = self.owner_of(lo)
+        moved = 0
+        with source.client() as src, target.client() as dst:
+            for slot in range(lo, hi + 1):
+                dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source.node_id)
+                src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target.node_id)
+                while keys := src.execute_command("CLUSTER", "GETKEYSINSLOT", slot, batch):
+                    src.execute_command("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", *keys)
+                    moved += len(keys)
+                    time.sleep(pause_s)
+                for node in (dst, src):
+                    node.execute_command("CLUSTER", "SETSLOT", slot, "NODE", target.node_id)
+            for other in self.primaries:
+                if other is not source and other is not target:
+                    with other.client() as client:
+                        for slot in range(lo, hi + 1):
+                            client.execute_command("CLUSTER", "SETSLOT", slot, "NODE", target.node_id)
+        wait_until(lambda: all(self._owner_port_seen_by(node, hi) == target.port for node in self.primaries), timeout_s)
+        return moved
+
     @staticmethod
     def _owner_port_seen_by(node: ClusterNode, slot: int) -> int | None:
         with node.client() as client:
