@@ -37,7 +37,7 @@ def decode_json(text: str | bytes) -> Any:
     return _decoder.decode(text)
 
 
-def field_map(record: TaskRecord) -> dict[str, str]:
+def _scalar_fields(record: TaskRecord) -> dict[str, str]:
     fields: dict[str, str] = {
         "task_id": record.task_id,
         "owner": record.owner,
@@ -59,6 +59,11 @@ def field_map(record: TaskRecord) -> dict[str, str]:
         fields["sensitive"] = "1"
     if record.delivered_at_ms is not None:
         fields["delivered_at_ms"] = str(record.delivered_at_ms)
+    return fields
+
+
+def field_map(record: TaskRecord) -> dict[str, str]:
+    fields = _scalar_fields(record)
     for name in _JSON_FIELDS:
         value = getattr(record, name)
         if value is not None:
@@ -72,10 +77,21 @@ def flat(fields: Mapping[str, str]) -> list[str]:
 
 
 def changes(before: TaskRecord, after: TaskRecord) -> tuple[dict[str, str], list[str]]:
-    """The fields ``after`` sets that differ from ``before``, and those it no longer has."""
-    old, new = field_map(before), field_map(after)
+    """The fields ``after`` sets that differ from ``before``, and those it no longer has. A structured
+    field is encoded only when ``after`` holds another object than ``before`` (transitions build records
+    with ``dataclasses.replace``, so untouched fields keep their objects): a commit does not re-encode
+    the arguments, answers or result it leaves alone. Identity, not equality: ``1 == True`` in Python,
+    not in JSON."""
+    old, new = _scalar_fields(before), _scalar_fields(after)
     changed = {name: value for name, value in new.items() if old.get(name) != value}
     dropped = [name for name in old if name not in new]
+    for name in _JSON_FIELDS:
+        was, now = getattr(before, name), getattr(after, name)
+        if now is None:
+            if was is not None:
+                dropped.append(name)
+        elif now is not was:
+            changed[name] = encode_json(now)
     return changed, dropped
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from ext_tasks.store.channels import ShardedChannels
 from ext_tasks.store.plumbing import Topology
-from tests.contract.conftest import _shared_url
+from tests.contract.conftest import shared_url
 
 pytestmark = pytest.mark.anyio
 
@@ -26,7 +26,7 @@ SPUBLISH = "return redis.call('SPUBLISH', KEYS[1], ARGV[1])"  # routed by its ch
 
 @pytest.fixture(params=["valkey", "cluster"])
 async def topology(request: pytest.FixtureRequest) -> AsyncIterator[Topology]:
-    topology = Topology.from_url(_shared_url(request))
+    topology = Topology.from_url(shared_url(request))
     try:
         yield topology
     finally:
