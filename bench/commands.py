@@ -1,6 +1,7 @@
 """What one task operation costs the store: Valkey commands (``INFO commandstats``, summed over the
-primaries, commands run inside scripts included) and Valkey CPU (``/proc`` schedstat of the
-valkey-server processes), per operation, over sequential operations against a running server.
+primaries, commands run inside scripts included; ``WAIT``, the replica acknowledgement, also counted
+apart) and Valkey CPU (``/proc`` schedstat of the valkey-server processes, a replica's included), per
+operation, over sequential operations against a running server.
 
 Operations, each repeated ``count`` times one after the other (a client at a time, so nothing else is
 counted):
@@ -25,13 +26,13 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import httpx
-import valkey
 
 from .loadgen import ACCEPT_ANSWER, CAPABILITIES, CLIENT_INFO, PROTOCOL_VERSION, TERMINAL
-from .procs import ValkeyStore
+from .procs import ValkeyStore, admin
 
-#: Our own commands, not the server's.
-_OURS = frozenset({"info", "config|resetstat"})
+#: Commands that are not the server's: our own, and a replica's ``REPLCONF ACK`` (about once a second, and
+#: in answer to the ``REPLCONF GETACK`` a ``WAIT`` sends; the replica's CPU stays counted).
+_OURS = frozenset({"info", "config|resetstat", "replconf"})
 POLL_S = 0.001
 POLL_TIMEOUT_S = 10.0
 
@@ -41,6 +42,8 @@ class Cost:
     operations: int
     commands: float
     scripts: float
+    #: ``WAIT`` commands (a server asked for replica acknowledgements: one per creation and per commit).
+    waits: float
     valkey_cpu_us: float
     requests: float
     top: dict[str, float]
@@ -90,10 +93,8 @@ class _Stats:
 
     def __init__(self, store: ValkeyStore) -> None:
         self.store = store
-        # Any: valkey-py's sync client is untyped in places.
-        self.clients: list[Any] = [
-            valkey.Valkey(host="127.0.0.1", port=node.port, decode_responses=True) for node in store.nodes
-        ]
+        # The primaries only: a replica counts again every write it is sent.
+        self.clients: list[Any] = [admin(node) for node in store.nodes]
 
     def reset(self) -> float:
         for client in self.clients:
@@ -121,7 +122,8 @@ def _measure(stats: _Stats, count: int, operation: Callable[[], int]) -> Cost:
     cpu = stats.store.cpu() - cpu0
     scripts = calls["evalsha"] + calls["eval"] + calls["fcall"]
     top = {name: round(n / count, 2) for name, n in calls.most_common(8)}
-    return Cost(count, sum(calls.values()) / count, scripts / count, 1e6 * cpu / count, requests / count, top)
+    waits = calls["wait"] / count
+    return Cost(count, sum(calls.values()) / count, scripts / count, waits, 1e6 * cpu / count, requests / count, top)
 
 
 def measure(url: str, store: ValkeyStore, count: int = 100) -> dict[str, Any]:

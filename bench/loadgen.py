@@ -194,6 +194,8 @@ class Tally:
     error_samples: list[str] = field(default_factory=list)
     latencies_ms: list[float] = field(default_factory=list)
     server_latencies_ms: list[float] = field(default_factory=list)
+    #: The lifecycle's create request alone (``tools/call`` sent -> ``CreateTaskResult`` read).
+    create_latencies_ms: list[float] = field(default_factory=list)
     seen: int = 0
 
     def timed(self, at: float) -> bool:
@@ -208,7 +210,14 @@ class Tally:
         if slot < MAX_SAMPLES:
             into[slot] = value
 
-    def op(self, finished: float, latency_ms: float, requests: int, server_ms: float | None = None) -> None:
+    def op(
+        self,
+        finished: float,
+        latency_ms: float,
+        requests: int,
+        server_ms: float | None = None,
+        create_ms: float | None = None,
+    ) -> None:
         if not self.timed(finished):
             return
         self.ops += 1
@@ -217,6 +226,8 @@ class Tally:
         self.sample(self.latencies_ms, latency_ms)
         if server_ms is not None:
             self.sample(self.server_latencies_ms, server_ms)
+        if create_ms is not None:
+            self.sample(self.create_latencies_ms, create_ms)
 
     def error(self, at: float, exc: BaseException) -> None:
         if self.timed(at):
@@ -318,6 +329,7 @@ async def _tasks_get(vu: Vu) -> None:
 async def _lifecycle(vu: Vu, *, ask: bool) -> None:
     started = time.perf_counter()
     created = await vu.tool_call(vu.tool, {"label": f"vu{vu.index}"})
+    create_ms = (time.perf_counter() - started) * 1000.0
     task_id = created.get("taskId")
     if created.get("resultType") != "task" or not isinstance(task_id, str):
         raise ProtocolFailure(f"expected a CreateTaskResult, got {str(created)[:200]}")
@@ -337,7 +349,7 @@ async def _lifecycle(vu: Vu, *, ask: bool) -> None:
     if task.get("status") != "completed":
         raise ProtocolFailure(f"task ended {task.get('status')}")
     server_ms = _iso_ms(task["lastUpdatedAt"]) - _iso_ms(task["createdAt"])
-    vu.tally.op(now, (now - started) * 1000.0, requests + polls, server_ms)
+    vu.tally.op(now, (now - started) * 1000.0, requests + polls, server_ms, create_ms)
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -408,6 +420,7 @@ async def run_load(spec: dict[str, Any]) -> dict[str, Any]:
         "loader_cpu_s": cpu_at.get("end", 0.0) - cpu_at.get("start", 0.0),
         "latencies_ms": [round(value, 4) for value in tally.latencies_ms],
         "server_latencies_ms": [round(value, 3) for value in tally.server_latencies_ms],
+        "create_latencies_ms": [round(value, 4) for value in tally.create_latencies_ms],
     }
 
 

@@ -9,12 +9,14 @@ echo baseline with the same placement, since pinned and unpinned figures must ne
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
 Kind = Literal["echo", "ext", "sdk", "fastmcp"]
 Server = Literal["hypercorn", "granian", "uvicorn"]
-Store = Literal["memory", "valkey", "valkey-cluster"]
+Store = Literal["memory", "valkey", "valkey-cluster", "valkey-replica"]
 Placement = Literal["pinned", "box"]
 
 #: Workloads and the families ``--only`` selects.
@@ -71,6 +73,8 @@ class Stack:
     #: The echo stack whose same-round figures this stack's ratios use.
     baseline: str | None
     steps: tuple[Step, ...] = field(default=())
+    #: Extra environment of the stack's server processes (name, value).
+    env: tuple[tuple[str, str], ...] = ()
 
     @property
     def is_peer(self) -> bool:
@@ -88,6 +92,11 @@ class Shape:
     scaling_saturate: int
 
 
+#: The server setting the replica stacks differ by: ``WAIT N`` after every task creation and commit.
+MIN_REPLICA_ACKS: Final = "EXT_TASKS_VALKEY_MIN_REPLICA_ACKS"
+#: The stacks measuring replica acknowledgement (no WAIT, WAIT 1), on a primary with one replica.
+REPLICA_STACKS: Final = ("ext-hc-vkr0", "ext-hc-vkr1")
+
 FULL = Shape(mrtr_levels=(1, 16, 64), lifecycle_levels=(1, 16), saturate=64, population=200, scaling_saturate=64)
 SMOKE = Shape(mrtr_levels=(4,), lifecycle_levels=(4,), saturate=4, population=6, scaling_saturate=4)
 
@@ -97,8 +106,11 @@ def _steps(workloads: dict[str, tuple[int, ...]]) -> tuple[Step, ...]:
     return tuple(sorted(steps, key=lambda step: (ORDER[step.workload], step.concurrency)))
 
 
-def build_plan(shape: Shape, *, smoke: bool, peers: bool, wrk: bool, only: str | None) -> list[Stack]:
-    """The stacks of one round, each with its steps, after ``--only`` (baselines follow what remains)."""
+def build_plan(
+    shape: Shape, *, smoke: bool, peers: bool, wrk: bool, only: str | None, keys: Collection[str] | None = None
+) -> list[Stack]:
+    """The stacks of one round, each with its steps, after ``--only`` (baselines follow what remains) and,
+    when ``keys`` is given (``--stacks``), only the stacks named there, echo baselines included."""
     sat = (shape.saturate,)
     full_ext = {
         "mrtr": shape.mrtr_levels,
@@ -114,6 +126,12 @@ def build_plan(shape: Shape, *, smoke: bool, peers: bool, wrk: bool, only: str |
               "echo-hc", _steps(full_ext)),
         Stack("ext-hc-vkc", "ext-tasks, hypercorn, Valkey Cluster (3 primaries)", "ext", "hypercorn",
               "valkey-cluster", 1, "pinned", "main", "echo-hc", _steps(full_ext)),
+    ]  # fmt: skip
+    replica_steps = _steps({"lifecycle": shape.lifecycle_levels, "tasks_get": sat})
+    stacks += [
+        Stack(key, f"ext-tasks, hypercorn, Valkey primary + 1 replica, {what}", "ext", "hypercorn", "valkey-replica",
+              1, "pinned", "main", "echo-hc", replica_steps, env=((MIN_REPLICA_ACKS, str(acks)),))
+        for key, acks, what in zip(REPLICA_STACKS, (0, 1), ("no WAIT", "WAIT 1 after every write"), strict=True)
     ]  # fmt: skip
     if smoke:
         stacks.append(
@@ -151,7 +169,15 @@ def build_plan(shape: Shape, *, smoke: bool, peers: bool, wrk: bool, only: str |
               2, "box", "scaling", "echo-hc-box2", scaling_steps),
     ]  # fmt: skip
     stacks = _only(stacks, only)
-    return _with_baselines(stacks, wrk=wrk and not smoke)
+    if keys is None:
+        return _with_baselines(stacks, wrk=wrk and not smoke)
+    chosen = _with_baselines([stack for stack in stacks if stack.key in keys], wrk=wrk and not smoke)
+    return [stack for stack in chosen if stack.key in keys]
+
+
+def stack_keys() -> list[str]:
+    """Every stack a run can have (``--stacks`` picks among them): the full plan with peers and wrk."""
+    return [stack.key for stack in build_plan(FULL, smoke=False, peers=True, wrk=True, only=None)]
 
 
 def _only(stacks: list[Stack], only: str | None) -> list[Stack]:
@@ -165,15 +191,8 @@ def _only(stacks: list[Stack], only: str | None) -> list[Stack]:
     for stack in stacks:
         steps = tuple(step for step in stack.steps if step.workload in family)
         if steps:
-            kept.append(_replace_steps(stack, steps))
+            kept.append(dataclasses.replace(stack, steps=steps))
     return kept
-
-
-def _replace_steps(stack: Stack, steps: tuple[Step, ...]) -> Stack:
-    return Stack(
-        stack.key, stack.label, stack.kind, stack.server, stack.store, stack.procs, stack.placement, stack.group,
-        stack.baseline, steps,
-    )  # fmt: skip
 
 
 ECHO_STACKS: Final[dict[str, tuple[str, Server, int, Placement, Literal["main", "scaling"]]]] = {

@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -225,10 +225,12 @@ def start_valkey(log_dir: Path, cpus: str | None, extra_args: Sequence[str] = ()
 
 @dataclass
 class ValkeyStore:
-    """The store of one stack: one valkey-server, or the primaries of a Valkey Cluster."""
+    """The store of one stack: one valkey-server, the primaries of a Valkey Cluster, or a primary and its
+    replica (``replicas``: started and stopped with the store, its CPU counted, never given to the server)."""
 
     nodes: list[Proc]
     cluster: bool
+    replicas: list[Proc] = field(default_factory=list)
 
     @property
     def url(self) -> str:
@@ -237,20 +239,39 @@ class ValkeyStore:
         return f"valkey://127.0.0.1:{self.nodes[0].port}/0"
 
     def cpu(self) -> float:
-        return sum(node.cpu() for node in self.nodes)
+        return sum(node.cpu() for node in [*self.nodes, *self.replicas])
 
     def stop(self) -> None:
-        for node in self.nodes:
+        for node in [*self.replicas, *self.nodes]:
             node.stop()
 
 
-def start_store(log_dir: Path, cpus: str | None, *, cluster: bool, primaries: int = 3) -> ValkeyStore:
-    """One valkey-server, or a Valkey Cluster of ``primaries`` primaries (no replicas: the benchmark
-    measures serving, and replicas would share the loader's core) with the slots split evenly."""
-    if not cluster:
-        return ValkeyStore([start_valkey(log_dir, cpus)], cluster=False)
-    import valkey  # the benchmark's own dev dependency; only the cluster set-up talks to Valkey here
+def start_store(log_dir: Path, cpus: str | None, kind: str = "valkey", *, primaries: int = 3) -> ValkeyStore:
+    """The store of ``kind`` (a :data:`bench.plan.Store` but ``memory``), every valkey-server under ``cpus``:
 
+    * ``valkey``: one valkey-server;
+    * ``valkey-cluster``: a Valkey Cluster of ``primaries`` primaries (no replicas: the benchmark measures
+      serving, and replicas would share the loader's core) with the slots split evenly;
+    * ``valkey-replica``: a primary and one replica of it (diskless full sync), returned once the replica's
+      link is up, for measuring what waiting for a replica's acknowledgement (``WAIT``) costs.
+    """
+    if kind == "valkey":
+        return ValkeyStore([start_valkey(log_dir, cpus)], cluster=False)
+    if kind == "valkey-cluster":
+        return _start_cluster(log_dir, cpus, primaries)
+    if kind == "valkey-replica":
+        return _start_replicated(log_dir, cpus)
+    raise ValueError(f"unknown store kind {kind!r}")
+
+
+def admin(node: Proc) -> Any:
+    """A valkey-py client of ``node`` (Any: valkey-py's sync client is untyped in places), for set-up and stats."""
+    import valkey  # the benchmark's own dev dependency; only set-up and bench.commands talk to Valkey directly
+
+    return valkey.Valkey(host="127.0.0.1", port=node.port, decode_responses=True)
+
+
+def _start_cluster(log_dir: Path, cpus: str | None, primaries: int) -> ValkeyStore:
     nodes: list[Proc] = []
     buses: list[int] = []
     try:
@@ -261,18 +282,17 @@ def start_store(log_dir: Path, cpus: str | None, *, cluster: bool, primaries: in
             args = ("--cluster-enabled", "yes", "--cluster-port", str(buses[-1]), "--cluster-config-file", str(conf))
             nodes.append(start_valkey(log_dir, cpus, args))
         share = 16384 // primaries
-        # Any: valkey-py's sync client is untyped in places.
-        clients: list[Any] = [valkey.Valkey(host="127.0.0.1", port=node.port, decode_responses=True) for node in nodes]
+        clients = [admin(node) for node in nodes]
         for index, client in enumerate(clients):
             if index:
                 client.execute_command("CLUSTER", "MEET", "127.0.0.1", nodes[0].port, buses[0])
             hi = 16383 if index == primaries - 1 else (index + 1) * share - 1
             client.execute_command("CLUSTER", "ADDSLOTSRANGE", index * share, hi)
-        deadline = time.monotonic() + 30
-        while not all(_cluster_ready(client, primaries) for client in clients):
-            if time.monotonic() > deadline:
-                raise TimeoutError("the benchmark's Valkey Cluster did not form within 30 s")
-            time.sleep(0.05)
+
+        def formed() -> bool:
+            return all(_cluster_ready(client, primaries) for client in clients)
+
+        _wait_for(formed, nodes, "the benchmark's Valkey Cluster did not form")
         for client in clients:
             client.close()
         return ValkeyStore(nodes, cluster=True)
@@ -285,6 +305,46 @@ def start_store(log_dir: Path, cpus: str | None, *, cluster: bool, primaries: in
 def _cluster_ready(client: Any, primaries: int) -> bool:
     info = dict(line.split(":", 1) for line in client.execute_command("CLUSTER", "INFO").split() if ":" in line)
     return info.get("cluster_state") == "ok" and info.get("cluster_known_nodes") == str(primaries)
+
+
+def _start_replicated(log_dir: Path, cpus: str | None) -> ValkeyStore:
+    started: list[Proc] = []
+    try:
+        started.append(start_valkey(log_dir, cpus, ("--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0")))
+        primary = started[0]
+        started.append(start_valkey(log_dir, cpus, ("--replicaof", "127.0.0.1", str(primary.port))))
+        replica = started[1]
+        clients = [admin(node) for node in started]
+
+        def linked() -> bool:
+            # Up on the replica's side, and online on the primary's (the side WAIT counts).
+            up = clients[1].info("replication").get("master_link_status") == "up"
+            return bool(up and clients[0].info("replication").get("slave0", {}).get("state") == "online")
+
+        try:
+            failure = f"the replica (port {replica.port}) of the benchmark's Valkey primary (port {primary.port}) "
+            _wait_for(linked, started, failure + "did not report master_link_status:up")
+        finally:
+            for client in clients:
+                client.close()
+        return ValkeyStore([primary], cluster=False, replicas=[replica])
+    except BaseException:
+        for node in reversed(started):
+            node.stop()
+        raise
+
+
+def _wait_for(ready: Callable[[], bool], nodes: Sequence[Proc], failure: str, timeout_s: float = 30.0) -> None:
+    """Poll ``ready`` until it holds; a clear error when ``timeout_s`` passes or one of ``nodes`` exits first."""
+    deadline = time.monotonic() + timeout_s
+    while not ready():
+        for node in nodes:
+            if node.process.poll() is not None:
+                raise RuntimeError(f"{failure}: {node.name} exited with {node.process.returncode}:\n{node.log_tail()}")
+        if time.monotonic() > deadline:
+            tails = "\n".join(f"--- {node.log_path.name}\n{node.log_tail(10)}" for node in nodes)
+            raise TimeoutError(f"{failure} within {timeout_s:g} s\n{tails}")
+        time.sleep(0.05)
 
 
 # --- peers' virtualenvs ---------------------------------------------------------------------------

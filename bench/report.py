@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from .plan import DESCRIPTIONS
+from .plan import DESCRIPTIONS, MIN_REPLICA_ACKS, REPLICA_STACKS
 
 Record = dict[str, Any]
 
@@ -29,6 +29,8 @@ LABELS: Final[dict[str, str]] = {
     "ext-hc-mem": "ext-tasks, hypercorn, memory",
     "ext-hc-vk": "ext-tasks, hypercorn, Valkey",
     "ext-hc-vkc": "ext-tasks, hypercorn, Valkey Cluster",
+    "ext-hc-vkr0": "ext-tasks, Valkey + replica, no WAIT",
+    "ext-hc-vkr1": "ext-tasks, Valkey + replica, WAIT 1",
     "ext-gr-mem": "ext-tasks, granian, memory",
     "ext-gr-vk": "ext-tasks, granian, Valkey",
     "sdk": "Python SDK 2.3.0 (uvicorn)",
@@ -43,6 +45,8 @@ COLORS: Final[dict[str, str]] = {
     "ext-hc-mem": "#1f77b4",
     "ext-hc-vk": "#2ca02c",
     "ext-hc-vkc": "#9467bd",
+    "ext-hc-vkr0": "#8c564b",
+    "ext-hc-vkr1": "#c49c94",
     "ext-gr-mem": "#17becf",
     "ext-gr-vk": "#98df8a",
     "sdk": "#d62728",
@@ -111,8 +115,11 @@ class Results:
         b: tuple[str, str, int],
         get_a: Callable[[Record], float | None],
         get_b: Callable[[Record], float | None] | None = None,
+        *,
+        difference: bool = False,
     ) -> Spread | None:
-        """Median over rounds of ``get_a(a) / get_b(b)``, both taken in the same round."""
+        """Median over rounds of ``get_a(a) / get_b(b)`` (``difference``: ``get_a(a) - get_b(b)``), both taken
+        in the same round."""
         get_b = get_b or get_a
         ratios: list[float | None] = []
         for round_index in self.rounds:
@@ -120,7 +127,10 @@ class Results:
             right = [r for r in self.find(*b) if r["round"] == round_index]
             if left and right:
                 x, y = get_a(left[0]), get_b(right[0])
-                ratios.append(None if x is None or not y else x / y)
+                if x is None or y is None:
+                    ratios.append(None)
+                else:
+                    ratios.append(x - y if difference else (x / y if y else None))
         return spread(ratios)
 
     def vs_echo(
@@ -151,6 +161,16 @@ def p50(record: Record) -> float | None:
 def p99(record: Record) -> float | None:
     value: float | None = record["latency_ms"]["p99"]
     return value
+
+
+def mean(record: Record) -> float | None:
+    value: float | None = record["latency_ms"]["mean"]
+    return value
+
+
+def create_p50(record: Record) -> float | None:
+    latency = record.get("create_latency_ms")
+    return None if not latency else latency["p50"]
 
 
 def server_p50(record: Record) -> float | None:
@@ -329,8 +349,9 @@ def _store_section(results: Results) -> list[str]:
 def _store_cost_table(results: Results) -> list[str]:
     costs: dict[str, Any] = results.meta.get("store_costs", {})
     lines = [
-        "| stack | operation | Valkey commands | of them scripts | Valkey CPU µs | HTTP requests | top commands |",
-        "|---|---|---:|---:|---:|---:|---|",
+        "| stack | operation | Valkey commands | of them scripts | of them WAIT | Valkey CPU µs | HTTP requests "
+        "| top commands |",
+        "|---|---|---:|---:|---:|---:|---:|---|",
     ]
     for stack, by_operation in costs.items():
         for operation in ("lifecycle", "lifecycle_input", "tasks_get"):
@@ -340,10 +361,82 @@ def _store_cost_table(results: Results) -> list[str]:
             top = ", ".join(f"{name} {n:g}" for name, n in cost["top"].items())
             lines.append(
                 f"| {_label(stack)} | `{operation}` | {cost['commands']:.1f} | {cost['scripts']:.1f} "
-                f"| {cost['valkey_cpu_us']:.0f} | {cost['requests']:.1f} | {top} |"
+                f"| {_fmt(spread([cost.get('waits')]), 1)} | {cost['valkey_cpu_us']:.0f} | {cost['requests']:.1f} "
+                f"| {top} |"
             )
     idle = ", ".join(f"{_label(stack)} {c['idle_commands_per_s']}" for stack, c in costs.items())
     return [*lines, "", f"Idle background (workers' blocking reads, heartbeats), commands per second: {idle}."]
+
+
+def _per_task(record: Record) -> float | None:
+    return record["requests"] / record["ops"] if record["ops"] else None
+
+
+def _env(results: Results, stack: str) -> dict[str, str]:
+    """The extra environment a stack's servers ran with (``Stack.env``, pairs in results.json)."""
+    env: dict[str, str] = dict(results.stacks.get(stack, {}).get("env") or ())
+    return env
+
+
+def _replica_section(results: Results) -> list[str]:
+    """No WAIT against WAIT 1 on the same primary + replica: what a replica's acknowledgement costs."""
+    r0, r1 = REPLICA_STACKS
+    if not (results.has(r0) and results.has(r1)):
+        return []
+    acks = [_env(results, key).get(MIN_REPLICA_ACKS, "?") for key in (r0, r1)]
+    lines = [
+        "## 8. Replica acknowledgement (`WAIT`)", "",
+        f"`{r0}` and `{r1}`: ext-tasks on hypercorn over a Valkey primary with one replica (diskless sync; both "
+        f"valkey-servers pinned with the loader), with `{MIN_REPLICA_ACKS}={acks[0]}` and `={acks[1]}`: with N ≥ 1 "
+        "every task creation and every transition commit is followed by `WAIT N <timeout>` before the client is "
+        "answered. r1 ÷ r0 and r1 − r0 are taken inside each round, then their median is shown: the ratio is the "
+        "cost (above 1× for latency, below 1× for throughput). `tasks/get` reads only: the control. At c=1 the "
+        "create → complete latency can *fall* with `WAIT`: a later create reply finds the instant task done at the "
+        "first poll more often, saving a 1 ms poll pause (fewer requests per task); the create reply's own latency "
+        "(`tools/call` sent → `CreateTaskResult` read, the creation's `WAIT` in it) is the undiluted figure.", "",
+        f"| figure | {_label(r0)} | {_label(r1)} | r1 ÷ r0 (same round) | r1 − r0 (same round) |",
+        "|---|---:|---:|---:|---:|",
+    ]  # fmt: skip
+    rows: list[tuple[str, str, int | None, Callable[[Record], float | None], int]] = []
+    life = results.levels(r0, "lifecycle")
+    if life:
+        low, high = min(life), max(life)
+        rows += [
+            (f"`lifecycle` client p50 ms, c={low}", "lifecycle", low, p50, 2),
+            (f"`lifecycle` server p50 ms, c={low}", "lifecycle", low, server_p50, 1),
+            (f"`lifecycle` client p99 ms, c={low}", "lifecycle", low, p99, 2),
+            # The mean: p50 moves by a whole poll pause (1 ms) when the median task needs one poll more.
+            (f"`lifecycle` client mean ms, c={low}", "lifecycle", low, mean, 2),
+            (f"`lifecycle` requests per task, c={low}", "lifecycle", low, _per_task, 2),
+            (f"`lifecycle` create reply p50 ms, c={low}", "lifecycle", low, create_p50, 3),
+            (f"`lifecycle` HTTP requests/s, c={high}", "lifecycle", high, req_rate, 0),
+            (f"`lifecycle` tasks/s, c={high}", "lifecycle", high, rate, 0),
+        ]
+    polled = _saturate(results, r0, "tasks_get")
+    rows.append((f"`tasks/get` requests/s, c={polled}", "tasks_get", polled, req_rate, 0))
+    for name, workload, level, get, digits in rows:
+        if level is None:
+            continue
+        a, b = (r1, workload, level), (r0, workload, level)
+        lines.append(
+            f"| {name} | {_fmt(results.value(r0, workload, level, get), digits)} "
+            f"| {_fmt(results.value(r1, workload, level, get), digits)} | {_fmt(results.paired(a, b, get), 2, '×')} "
+            f"| {_fmt(results.paired(a, b, get, difference=True), digits)} |"
+        )
+    for field, name, digits in (("commands", "Valkey commands", 1), ("waits", "of them WAIT", 1),
+                                ("valkey_cpu_us", "Valkey CPU µs (primary + replica)", 0)):  # fmt: skip
+        zero, one = _store_cost(results, r0, "lifecycle", field), _store_cost(results, r1, "lifecycle", field)
+        if zero is None and one is None:
+            continue
+        ratio = spread([one.median / zero.median]) if zero and one and zero.median else None
+        delta = spread([one.median - zero.median]) if zero and one else None
+        lines.append(f"| {name} per `lifecycle` (sequential, `bench.commands`) | {_fmt(zero, digits)} "
+                     f"| {_fmt(one, digits)} | {_fmt(ratio, 2, '×')} | {_fmt(delta, digits)} |")  # fmt: skip
+    waits = _store_cost(results, r1, "lifecycle", "waits")
+    if waits is not None and waits.median == 0:
+        lines += ["", f"**`{r1}` issued no `WAIT`**: this build of the server ignores `{MIN_REPLICA_ACKS}`, so both "
+                  "stacks ran the same code and the ratios measure noise only."]  # fmt: skip
+    return [*lines, ""]
 
 
 # --- tables ---------------------------------------------------------------------------------------
@@ -442,9 +535,7 @@ def _lifecycle_table(results: Results) -> list[str]:
     for workload, variant in (("lifecycle", "instant"), ("lifecycle_input", "with input_required")):
         for key in _stacks_with(results, workload):
             for level in results.levels(key, workload):
-                per_task = spread(
-                    r["requests"] / r["ops"] if r["ops"] else None for r in results.find(key, workload, level)
-                )
+                per_task = results.value(key, workload, level, _per_task)
                 lines.append(
                     f"| {_label(key)} | {variant} | {level} | {_fmt(results.value(key, workload, level, rate))} "
                     f"| {_fmt(results.value(key, workload, level, req_rate))} | {_fmt(per_task, 1)} "
@@ -792,6 +883,7 @@ def write_report(out: Path, meta: dict[str, Any], records: list[Record], *, plot
                   "hypercorn.", ""]  # fmt: skip
         lines += [*_server_table(results), ""]
     lines += _store_section(results)
+    lines += _replica_section(results)
     lines += ["## 6. The loader's own cost", "",
               "Every stack is driven by `bench.loadgen` (one process, pinned to the other CPU). Its CPU per request "
               "is listed in every table; here against wrk on the echo endpoint, same round.", ""]  # fmt: skip
@@ -844,8 +936,9 @@ def _header(results: Results) -> list[str]:
     lines += ["", "Stacks:", ""]
     for stack in results.stacks.values():
         store = f", store {stack['store']}" if stack["store"] else ""
+        env = "".join(f", `{name}={value}`" for name, value in _env(results, stack["key"]).items())
         lines.append(
-            f"- `{stack['key']}`: {stack['label']} ({stack['server']}, {stack['procs']} process(es){store}, "
+            f"- `{stack['key']}`: {stack['label']} ({stack['server']}, {stack['procs']} process(es){store}{env}, "
             f"{stack['placement']}); ratios against `{stack['baseline'] or '-'}`."
         )
     return [*lines, ""]

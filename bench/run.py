@@ -50,6 +50,8 @@ class Options:
     #: A step is measured again when other jobs used more cores than this during its timed window.
     max_foreign: float = 0.25
     retries: int = 1
+    #: ``--stacks``: run only these stacks (``None``: every stack of the plan).
+    stacks: list[str] | None = None
 
 
 @dataclass
@@ -106,8 +108,8 @@ def running_stack(stack: Stack, options: Options, state_key: str) -> Iterator[Ru
     started: list[procs.Proc | procs.ValkeyStore] = []
     try:
         valkey = None
-        if stack.store in ("valkey", "valkey-cluster"):
-            valkey = procs.start_store(logs, side_cpus, cluster=stack.store == "valkey-cluster")
+        if stack.store is not None and stack.store != "memory":
+            valkey = procs.start_store(logs, side_cpus, stack.store)
             started.append(valkey)
         port = procs.free_port()
         server, path = _start_server(stack, port, valkey, state_key, server_cpus, logs)
@@ -143,6 +145,7 @@ def _start_server(
             # default cap on tasks kept per principal (10,000), which would refuse them with 429. A cap
             # this high still does its bookkeeping on every creation, so its cost stays measured.
             "EXT_TASKS_MAX_STORED_TASKS": "100000000",
+            **dict(stack.env),
         }
         if stack.server == "granian":
             command = _granian_command("ext_tasks.cli:app_from_env", port, stack.procs, factory=True)
@@ -257,6 +260,7 @@ def run_step(
     ours = (server_cpu1 - server_cpu0) + (valkey_cpu1 - valkey_cpu0) + result["loader_cpu_s"]
     latency = _percentiles(result["latencies_ms"])
     server_latency = _percentiles(result["server_latencies_ms"])
+    create_latencies = result.get("create_latencies_ms") or []
     return {
         "round": round_index,
         "stack": running.stack.key,
@@ -271,6 +275,8 @@ def run_step(
         "requests_per_s": result["requests"] / options.seconds,
         "latency_ms": latency,
         "server_latency_ms": server_latency if result["server_latencies_ms"] else None,
+        # The lifecycle's create request alone: a WAIT on the creation shows here undiluted by the polls.
+        "create_latency_ms": _percentiles(create_latencies) if create_latencies else None,
         "server_cpu_us_per_request": 1e6 * (server_cpu1 - server_cpu0) / requests,
         "server_cores": (server_cpu1 - server_cpu0) / max(1e-9, t1 - t0),
         "valkey_cpu_us_per_request": None if running.valkey is None else 1e6 * (valkey_cpu1 - valkey_cpu0) / requests,
@@ -515,7 +521,9 @@ def _measure_store_cost(
 
 def _describe_cost(cost: dict[str, Any]) -> str:
     return ", ".join(
-        f"{name} {cost[name]['commands']:.1f} commands {cost[name]['valkey_cpu_us']:.0f} us"
+        f"{name} {cost[name]['commands']:.1f} commands"
+        + (f" ({cost[name]['waits']:.1f} WAIT)" if cost[name].get("waits") else "")
+        + f" {cost[name]['valkey_cpu_us']:.0f} us"
         for name in ("lifecycle", "lifecycle_input", "tasks_get")
     )
 
@@ -558,6 +566,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--seconds", type=float, help="timed seconds per step (default 3; smoke 0.4)")
     parser.add_argument("--warmup", type=float, help="untimed seconds before each step (default 1; smoke 0.15)")
     parser.add_argument("--only", choices=sorted(plans.FAMILIES), help="one workload family (baselines follow)")
+    parser.add_argument(
+        "--stacks",
+        type=_stack_list,
+        metavar="KEY,KEY",
+        help="only these stacks, e.g. ext-hc-vkr0,ext-hc-vkr1 (name an echo stack, e.g. echo-hc, to get its "
+        "ratios too); keys: " + ", ".join(plans.stack_keys()),
+    )
     parser.add_argument("--out", type=Path, help="results folder (default bench/results/<timestamp>/)")
     parser.add_argument(
         "--quick",
@@ -581,6 +596,16 @@ def _parser() -> argparse.ArgumentParser:
         "--render", type=Path, metavar="DIR", help="only rewrite DIR/report.md and its plots from DIR/results.json"
     )
     return parser
+
+
+def _stack_list(text: str) -> list[str]:
+    keys = [key.strip() for key in text.split(",") if key.strip()]
+    known = plans.stack_keys()
+    unknown = [key for key in keys if key not in known]
+    if unknown or not keys:
+        given = ", ".join(unknown) or "(none given)"
+        raise argparse.ArgumentTypeError(f"unknown stack(s) {given}; known: {', '.join(known)}")
+    return keys
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -607,6 +632,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         shape=plans.SMOKE if smoke else plans.FULL,
         max_foreign=args.max_other_load,
         retries=0 if smoke else max(0, args.retries),
+        stacks=args.stacks,
     )
     if options.rounds < 1 or options.seconds <= 0 or options.warmup_s < 0:
         _parser().error("--rounds must be at least 1, --seconds positive, --warmup not negative")
@@ -617,8 +643,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if shutil.which("wrk") is None:
         skipped["echo_wrk"] = "wrk is not installed (Debian: apt-get install wrk); loader cross-check skipped"
     stacks = plans.build_plan(
-        options.shape, smoke=smoke, peers=options.peers, wrk=shutil.which("wrk") is not None, only=options.only
+        options.shape,
+        smoke=smoke,
+        peers=options.peers,
+        wrk=shutil.which("wrk") is not None,
+        only=options.only,
+        keys=options.stacks,
     )
+    missing = [key for key in options.stacks or () if key not in {stack.key for stack in stacks}]
+    if missing:
+        why = "smoke mode, peers off, --only, or an echo stack without a dependant"
+        print(f"--stacks: not in this run ({why}): {', '.join(missing)}", file=sys.stderr)
     stacks = _prepare_peers(stacks, options, skipped)
     if not stacks:
         print("nothing to run", file=sys.stderr)

@@ -78,12 +78,16 @@ class SharedValkey:
     the task store and the legacy session store."""
 
     def __init__(self, settings: Settings) -> None:
+        from .store.acks import ReplicaAcks
         from .store.channels import ShardedChannels
         from .store.plumbing import Topology
 
         assert settings.valkey_url is not None
         self.prefix = settings.valkey_prefix
-        self.topology = Topology.from_url(settings.valkey_url, max_connections=settings.valkey_max_connections)
+        acks = ReplicaAcks(settings.valkey_min_replica_acks, settings.valkey_ack_timeout_ms)
+        self.topology = Topology.from_url(
+            settings.valkey_url, max_connections=settings.valkey_max_connections, acks=acks
+        )
         self.channels = ShardedChannels(self.topology)
 
     def on(self) -> dict[str, Any]:

@@ -171,6 +171,8 @@ class Settings(BaseSettings):
     valkey_url: str | None = Field(default=None, repr=False)  # may carry a password
     valkey_prefix: str = "ext-tasks"
     valkey_max_connections: int = 64
+    valkey_min_replica_acks: int = 0
+    valkey_ack_timeout_ms: int = 1000
     engine: EngineOptions = EngineOptions()
     tasks: TaskOptions = TaskOptions()
     worker: WorkerOptions = WorkerOptions()
@@ -309,6 +311,13 @@ class Settings(BaseSettings):
             raise ConfigError("EXT_TASKS_MAX_BODY_BYTES must be at least 1024")
         if self.body_timeout_s <= 0:
             raise ConfigError("EXT_TASKS_BODY_TIMEOUT_S must be positive")
+        if self.valkey_min_replica_acks < 0 or self.valkey_ack_timeout_ms < 1:
+            raise ConfigError(
+                "EXT_TASKS_VALKEY_MIN_REPLICA_ACKS must not be negative and EXT_TASKS_VALKEY_ACK_TIMEOUT_MS "
+                "must be at least 1"
+            )
+        if self.valkey_min_replica_acks and self.valkey_url is None:
+            raise ConfigError("EXT_TASKS_VALKEY_MIN_REPLICA_ACKS needs a Valkey store (EXT_TASKS_VALKEY_URL)")
         if self.engine.cache_ttl_ms < 0:
             raise ConfigError("EXT_TASKS_CACHE_TTL_MS must not be negative")
         if self.engine.keepalive_s <= 0:

@@ -58,6 +58,23 @@ OPEN_WAITS: Final = Gauge(
     "Long waits open in this process (subscriptions/listen, legacy GET streams and tasks/result).",
     registry=REGISTRY,
 )
+STORE_FAILOVERS: Final = Counter(
+    "ext_tasks_store_failovers_total",
+    "Times this process saw the store's primary change: the sentinels named another primary, or a cluster "
+    "replica took over a primary's slots.",
+    registry=REGISTRY,
+)
+STORE_RETRIES: Final = Counter(
+    "ext_tasks_store_retries_total",
+    "Store commands sent again after a broken connection, a redirection or a 'try again' (cluster), "
+    "before the request was answered.",
+    registry=REGISTRY,
+)
+STORE_ACK_TIMEOUTS: Final = Counter(
+    "ext_tasks_store_ack_timeouts_total",
+    "Writes the replicas did not confirm within EXT_TASKS_VALKEY_ACK_TIMEOUT_MS (answered 'retry later').",
+    registry=REGISTRY,
+)
 KNOWN_METHODS: Final = frozenset(
     {
         "server/discover",

@@ -26,7 +26,7 @@ import os
 import socket
 import time
 from collections.abc import Awaitable, Callable
-from typing import Final
+from typing import Final, TypeVar
 
 import msgspec
 
@@ -51,6 +51,7 @@ from .protocol.versions import MODERN_2026_07_28
 from .store.base import Run, TaskStore, TaskStoreUnavailable
 from .tools import ToolRegistry
 
+T = TypeVar("T")
 logger = logging.getLogger("ext_tasks.worker")
 
 _encoder: Final = msgspec.json.Encoder()
@@ -58,6 +59,11 @@ _encoder: Final = msgspec.json.Encoder()
 WATCH_AFTER_S: Final = 0.05
 #: How often the queue depth gauge is refreshed.
 _DEPTH_EVERY_S: Final = 15.0
+#: How long a run keeps trying to read its task and to store what it did while the store is away (a
+#: primary died and a replica is being promoted), before it leaves the run to be reclaimed: a failover
+#: should cost a run a pause, not an attempt.
+OUTAGE_S: Final = 30.0
+_OUTAGE_PAUSE_S: Final = (0.1, 2.0)
 #: What a run ended with: the table's event, and the record after it.
 _Outcome = tuple[TaskEvent, TaskRecord]
 
@@ -231,7 +237,7 @@ class Worker:
 
     async def _execute(self, holder: _Current) -> TaskRecord | None:
         run = holder.run
-        record = await self.store.lookup(run.task_id)
+        record = await _through_outage(lambda: self.store.lookup(run.task_id))
         if not isinstance(record, TaskRecord) or record.status is not TaskStatus.WORKING:
             return None
         holder.stored = record
@@ -257,9 +263,29 @@ class Worker:
         """Commit the run's outcome and acknowledge the run in the same step."""
         assert holder.stored is not None
         finishing = holder.run if holder.run.delivery else None
-        committed = await self.store.commit(holder.stored, outcome, enqueue=enqueue, finishing=finishing)
+        committed = await self._commit_through_outage(holder.stored, outcome, enqueue=enqueue, finishing=finishing)
         holder.acknowledged = committed and finishing is not None
         return committed
+
+    async def _commit_through_outage(
+        self, before: TaskRecord, after: TaskRecord, *, enqueue: bool = False, finishing: Run | None = None
+    ) -> bool:
+        """A commit that outlasts a store outage. When its answer is lost (the store went away, or the
+        replicas did not confirm in time, and the write may have been made all the same), the record
+        says what happened: the outcome itself (ours: done), unchanged (send it again), or changed
+        otherwise (cancelled meanwhile: the outcome is dropped)."""
+        deadline = time.monotonic() + OUTAGE_S
+        while True:
+            try:
+                return await self.store.commit(before, after, enqueue=enqueue, finishing=finishing)
+            except TaskStoreUnavailable:
+                if time.monotonic() > deadline:
+                    raise
+            current = await _through_outage(lambda: self.store.lookup(after.task_id), deadline)
+            if current == after:
+                return True
+            if current != before:
+                return False
 
     async def _outcome(self, holder: _Current) -> _Outcome:
         record = holder.working
@@ -273,7 +299,7 @@ class Worker:
             current, stored = holder.working, holder.stored
             assert stored is not None
             updated = status_reported(current, message, self._clock_ms())
-            if await self.store.commit(stored, updated):
+            if await self._commit_through_outage(stored, updated):
                 task_event(current.status, TaskEvent.STATUS_REPORTED, updated)
                 holder.stored = updated
 
@@ -309,6 +335,21 @@ class Worker:
             )
             return TaskEvent.FAILED, failed(holder.working, error.to_error(), self._clock_ms())
         return TaskEvent.SUCCEEDED, completed(holder.working, result, self._clock_ms())
+
+
+async def _through_outage(read: Callable[[], Awaitable[T]], deadline: float | None = None) -> T:
+    """``read()``, tried again with growing pauses while the store is unavailable, until ``deadline``
+    (:data:`OUTAGE_S` from now by default)."""
+    deadline = time.monotonic() + OUTAGE_S if deadline is None else deadline
+    pause, longest = _OUTAGE_PAUSE_S
+    while True:
+        try:
+            return await read()
+        except TaskStoreUnavailable:
+            if time.monotonic() > deadline:
+                raise
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, longest)
 
 
 class _Current:

@@ -2,15 +2,19 @@
 process and URL.
 
 * :meth:`Topology.from_url`: ``valkey://HOST:PORT/DB`` is one Valkey; ``valkey+cluster://HOST:PORT[,...]``
-  a Valkey Cluster reached through seed nodes. The client's connections are **bounded**
-  (``max_connections``, per node on a cluster): on one Valkey a burst of requests waits up to
-  ``pool_timeout_s`` for a connection, then fails as "store unavailable", instead of opening connections
-  until Valkey's client limit takes the whole fleet down; connections left idle by a burst are closed
-  after ``IDLE_S``. On a cluster, ``MOVED``/``ASK`` are followed and ``TRYAGAIN`` or a node that went
-  away are retried with backoff by the cluster client, then answered "unavailable".
+  a Valkey Cluster reached through seed nodes; ``valkey+sentinel://HOST:PORT[,...]/NAME[/DB]`` the
+  primary a group of sentinels names (:mod:`.sentinel`), followed through promotions. The client's
+  connections are **bounded** (``max_connections``, per node on a cluster): on one Valkey a burst of
+  requests waits up to ``pool_timeout_s`` for a connection, then fails as "store unavailable", instead
+  of opening connections until Valkey's client limit takes the whole fleet down; connections left idle
+  by a burst are closed after ``IDLE_S``. On a cluster, ``MOVED``/``ASK`` are followed and ``TRYAGAIN``
+  or a node that went away are retried with backoff by the cluster client (:mod:`.cluster_client`),
+  then answered "unavailable".
 * :func:`unavailable_on_connection_errors`: the one mapping of a broken connection, or of a cluster
   that cannot serve the slot right now, to :class:`~.base.TaskStoreUnavailable` (HTTP 503, "retry
   later"); other errors of Valkey (a script bug) pass through.
+* :meth:`Topology.confirmed`: a write the replicas confirm before it counts (:mod:`.acks`), when the
+  deployment asks for replica acknowledgements.
 * The pub/sub side (sharded channels, one connection per node) is :mod:`.channels`.
 """
 
@@ -27,7 +31,7 @@ from urllib.parse import unquote, urlsplit
 
 from valkey.asyncio import BlockingConnectionPool, Valkey
 from valkey.asyncio.cluster import ClusterNode, ValkeyCluster
-from valkey.asyncio.retry import Retry
+from valkey.asyncio.sentinel import Sentinel
 from valkey.backoff import ExponentialBackoff
 from valkey.exceptions import (
     AskError,
@@ -39,7 +43,9 @@ from valkey.exceptions import (
     ValkeyError,
 )
 
+from .acks import ReplicaAcks, confirmed_cluster, confirmed_single
 from .base import TaskStoreUnavailable
+from .cluster_client import CountingRetry, StoreCluster
 
 logger = logging.getLogger("ext_tasks.store")
 
@@ -48,6 +54,7 @@ MAX_CONNECTIONS: Final = 64
 #: How long a pooled connection may sit unused before it is closed.
 IDLE_S: Final = 10.0
 CLUSTER_SCHEME: Final = "valkey+cluster"
+SENTINEL_SCHEME: Final = "valkey+sentinel"
 #: What a dedicated connection takes from the client's settings (the rest is the pool's business).
 _CONNECTION_SETTINGS: Final = frozenset(
     {
@@ -101,7 +108,7 @@ def connect_single(
         health_check_interval=15,
         retry_on_timeout=False,
     )
-    return Valkey(connection_pool=pool)
+    return Valkey.from_pool(pool)  # the client closes the pool with itself
 
 
 class TrimmedPool(BlockingConnectionPool):
@@ -150,7 +157,7 @@ class TrimmedPool(BlockingConnectionPool):
         return len(stale)
 
     async def disconnect(self, inuse_connections: bool = True) -> None:
-        if self._trimmer is not None:
+        if inuse_connections and self._trimmer is not None:  # closing the pool (not only its idle connections)
             self._trimmer.cancel()
             self._trimmer = None
         await super().disconnect(inuse_connections)
@@ -168,8 +175,13 @@ def cluster_seeds(url: str) -> tuple[list[Endpoint], dict[str, str]]:
     parts = urlsplit(url)
     if parts.scheme != CLUSTER_SCHEME:
         raise ValueError(f"not a {CLUSTER_SCHEME}:// URL")
+    return parse_hosts(parts.netloc, what="cluster seed")
+
+
+def parse_hosts(netloc: str, *, what: str) -> tuple[list[Endpoint], dict[str, str]]:
+    """``[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]``: the endpoints, and the credentials if any."""
     credentials: dict[str, str] = {}
-    hosts = parts.netloc
+    hosts = netloc
     if "@" in hosts:
         userinfo, hosts = hosts.rsplit("@", 1)
         user, _, password = userinfo.partition(":")
@@ -177,32 +189,50 @@ def cluster_seeds(url: str) -> tuple[list[Endpoint], dict[str, str]]:
             credentials["username"] = unquote(user)
         if password:
             credentials["password"] = unquote(password)
-    seeds = []
+    endpoints = []
     for item in hosts.split(","):
         host, _, port = item.strip().rpartition(":")
         if not host or not port.isdigit():
-            raise ValueError(f"cluster seed {item!r} is not HOST:PORT")
-        seeds.append(Endpoint(host.strip("[]"), int(port)))
-    return seeds, credentials
+            raise ValueError(f"{what} {item!r} is not HOST:PORT")
+        endpoints.append(Endpoint(host.strip("[]"), int(port)))
+    return endpoints, credentials
 
 
 class Topology:
-    """The Valkey deployment of one URL: the command client, and where a key or channel lives.
+    """The Valkey deployment of one URL: the command client, where a key or channel lives, and how a
+    write is confirmed.
 
     One per process and URL: the composition root builds it and hands it to the task store and the
     legacy session store, so they share connections.
     """
 
-    def __init__(self, client: Any, *, cluster: bool, single: Endpoint | None = None) -> None:
+    def __init__(
+        self,
+        client: Any,
+        *,
+        cluster: bool,
+        single: Endpoint | None = None,
+        sentinel: Sentinel | None = None,
+        acks: ReplicaAcks | None = None,
+    ) -> None:
         self.client = client
         self.cluster = cluster
         self._single = single
+        self._sentinel = sentinel
+        self.acks = acks or ReplicaAcks()
 
     @classmethod
-    def from_url(cls, url: str, *, max_connections: int = MAX_CONNECTIONS, connect_timeout_s: float = 2.0) -> Topology:
+    def from_url(
+        cls,
+        url: str,
+        *,
+        max_connections: int = MAX_CONNECTIONS,
+        connect_timeout_s: float = 2.0,
+        acks: ReplicaAcks | None = None,
+    ) -> Topology:
         if url.startswith(f"{CLUSTER_SCHEME}://"):
             seeds, credentials = cluster_seeds(url)
-            cluster = ValkeyCluster(
+            cluster = StoreCluster(
                 startup_nodes=[ClusterNode(seed.host, seed.port) for seed in seeds],
                 decode_responses=True,
                 max_connections=max_connections,
@@ -210,21 +240,48 @@ class Topology:
                 socket_timeout=10.0,
                 # MOVED/ASK are followed at once; TRYAGAIN, a failover or a node gone are retried with
                 # backoff (about 1.5 s in all), then the request fails as "unavailable".
-                retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), retries=4),
+                retry=CountingRetry(ExponentialBackoff(cap=0.5, base=0.05), retries=4),
                 cluster_error_retry_attempts=4,
                 username=credentials.get("username"),
                 password=credentials.get("password"),
             )
-            return cls(cluster, cluster=True)
+            return cls(cluster, cluster=True, acks=acks)
+        if url.startswith(f"{SENTINEL_SCHEME}://"):
+            from .sentinel import connect_sentinel
+
+            client, sentinel = connect_sentinel(
+                url,
+                max_connections=max_connections,
+                connect_timeout_s=connect_timeout_s,
+                pool_timeout_s=2.0,
+                idle_s=IDLE_S,
+            )
+            return cls(client, cluster=False, sentinel=sentinel, acks=acks)
         single = connect_single(url, max_connections=max_connections, connect_timeout_s=connect_timeout_s)
         kwargs = single.connection_pool.connection_kwargs
-        return cls(single, cluster=False, single=Endpoint(str(kwargs.get("host")), int(kwargs.get("port", 6379))))
+        endpoint = Endpoint(str(kwargs.get("host")), int(kwargs.get("port", 6379)))
+        return cls(single, cluster=False, single=endpoint, acks=acks)
+
+    @property
+    def confirms(self) -> bool:
+        """Whether writes wait for replicas (:meth:`confirmed`)."""
+        return self.acks.replicas > 0
+
+    async def confirmed(self, key: str, *command: str | int) -> Any:
+        """``command`` (a write in ``key``'s slot), answered once the replicas confirm it."""
+        with unavailable_on_connection_errors():
+            if self.cluster:
+                return await confirmed_cluster(self.client, self.acks, key, command)
+            return await confirmed_single(self.client.connection_pool, self.acks, command)
 
     async def endpoint_for(self, key: str) -> Endpoint:
         """The node that serves ``key`` (or a sharded channel) as far as this client knows."""
         if self._single is not None:
             return self._single
         with unavailable_on_connection_errors():
+            if self._sentinel is not None:
+                host, port = await self.client.connection_pool.get_master_address()
+                return Endpoint(host, port)
             await self.client.initialize()  # a no-op once the slot map is known
         node = self.client.nodes_manager.get_node_from_slot(self.client.keyslot(key))
         return Endpoint(node.host, int(node.port))
@@ -254,3 +311,6 @@ class Topology:
 
     async def close(self) -> None:
         await self.client.aclose()
+        if self._sentinel is not None:
+            for sentinel in self._sentinel.sentinels:
+                await sentinel.aclose()

@@ -5,6 +5,9 @@ binds ``local record = KEYS[1]`` and so on), and callers pass dictionaries, whic
 the declaration. Whatever is left over (``rest``) arrives in Lua as the table ``rest``: field/value
 pairs for ``HSET``. Every key a script touches is one of its declared keys, as a Valkey Cluster
 requires, and a script's keys share one hash slot (the key schema sees to that).
+
+A script bound with a :class:`~.plumbing.Topology` that confirms writes is answered only once the
+replicas have its effects (:meth:`~.plumbing.Topology.confirmed`); its first key names the slot.
 """
 
 from __future__ import annotations
@@ -13,6 +16,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from valkey.commands.core import AsyncScript
+from valkey.exceptions import NoScriptError
+
+from .plumbing import Topology
 
 
 class Script:
@@ -25,16 +31,18 @@ class Script:
         header.append(f"local rest = {{unpack(ARGV, {len(self.args) + 1})}}")
         self.source = "\n".join([f"-- ext-tasks: {name}", *header, body.strip(), ""])
 
-    def bind(self, client: Any) -> BoundScript:
-        return BoundScript(self, AsyncScript(client, self.source))
+    def bind(self, client: Any, topology: Topology | None = None) -> BoundScript:
+        """The script on ``client``; with ``topology``, confirmed by replicas when it asks for that."""
+        return BoundScript(self, AsyncScript(client, self.source), topology)
 
 
 class BoundScript:
     """A script registered with one client: ``await script(keys={...}, args={...}, rest=[...])``."""
 
-    def __init__(self, script: Script, registered: AsyncScript) -> None:
+    def __init__(self, script: Script, registered: AsyncScript, topology: Topology | None = None) -> None:
         self.script = script
         self._registered = registered
+        self._topology = topology
 
     async def __call__(
         self, *, keys: Mapping[str, str], args: Mapping[str, str | int], rest: Sequence[str] = ()
@@ -45,7 +53,13 @@ class BoundScript:
                 f"script {declared.name}: keys {sorted(keys)} / args {sorted(args)} do not match the "
                 f"declaration {list(declared.keys)} / {list(declared.args)}"
             )
-        return await self._registered(
-            keys=[keys[name] for name in declared.keys],
-            args=[*(str(args[name]) for name in declared.args), *rest],
-        )
+        key_list = [keys[name] for name in declared.keys]
+        arg_list = [*(str(args[name]) for name in declared.args), *rest]
+        if self._topology is None or not self._topology.confirms:
+            return await self._registered(keys=key_list, args=arg_list)
+        command: list[str | int] = ["EVALSHA", str(self._registered.sha), len(key_list), *key_list, *arg_list]
+        try:
+            return await self._topology.confirmed(key_list[0], *command)
+        except NoScriptError:  # a node that never saw the script (restarted, or new to the cluster)
+            await self._registered.registered_client.script_load(self.script.source)
+            return await self._topology.confirmed(key_list[0], *command)

@@ -1,6 +1,7 @@
 """The Valkey task store: records (:mod:`.valkey_records`), the run queue (:mod:`.valkey_queue`),
 per-task broadcast over sharded channels (:mod:`.channels`) and claims, on one :class:`Topology`
-(one Valkey, or a Valkey Cluster: ``valkey+cluster://``).
+(one Valkey, a Valkey Cluster: ``valkey+cluster://``, or the primary Sentinel names:
+``valkey+sentinel://``).
 
 Every multi-step change is one Lua script touching one hash slot, so it is atomic across instances
 and valid on a cluster; the key schema (:mod:`.keys`) puts each task's keys in its partition's slot.
@@ -12,6 +13,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
+from .acks import ReplicaAcks
 from .base import WatchItem
 from .channels import ShardedChannels
 from .codec import decode_json
@@ -33,9 +35,13 @@ class ValkeyTaskStore(ValkeyRecords, ValkeyRunQueue):
         max_connections: int = MAX_CONNECTIONS,
         channels: ShardedChannels | None = None,
         owner_places: bool = True,
+        acks: ReplicaAcks | None = None,
     ) -> None:
         self._owns_topology = isinstance(target, str)
-        topology = Topology.from_url(target, max_connections=max_connections) if isinstance(target, str) else target
+        if isinstance(target, str):
+            topology = Topology.from_url(target, max_connections=max_connections, acks=acks)
+        else:
+            topology = target
         self._owns_channels = channels is None
         self.topology = topology
         self.channels = channels or ShardedChannels(topology)

@@ -66,11 +66,23 @@ return 1
 CREATE: Final = Script(
     "create a task",
     keys=("record", "tombstone", "runs", "idempotency"),
-    args=("task_id", "owner", "expires_at", "tombstone_until", "idempotency_value", "idempotency_window_ms"),
+    args=(
+        "task_id",
+        "owner",
+        "expires_at",
+        "tombstone_until",
+        "idempotency_value",
+        "idempotency_window_ms",
+        "confirming",
+    ),
     body="""
 if idempotency_value ~= '' then
   local prior = redis.call('GET', idempotency)
-  if prior then return prior end
+  if prior then
+    -- A resend's WAIT must cover the original creation, made on another connection: write once more.
+    if confirming == '1' then redis.call('SET', idempotency, prior, 'KEEPTTL') end
+    return prior
+  end
 end
 redis.call('HSET', record, unpack(rest))
 if expires_at ~= '' then
@@ -119,12 +131,15 @@ return 1
 class ValkeyRecords:
     def __init__(self, topology: Topology, keys: KeySchema, *, owner_places: bool = True) -> None:
         self._client: Any = topology.client
+        self._confirming = topology.confirms
         self.keys = keys
         #: Whether caps keep owners' places (off when the deployment configures no cap: nothing to settle).
         self._places = owner_places
         self._reserve = RESERVE.bind(self._client)
-        self._create = CREATE.bind(self._client)
-        self._commit = COMMIT.bind(self._client)
+        # Creations and transitions are what a client is told happened: the replicas confirm them when
+        # the deployment asks for that (reserving and marking are recoverable either way).
+        self._create = CREATE.bind(self._client, topology)
+        self._commit = COMMIT.bind(self._client, topology)
         self._mark_watched = MARK_WATCHED.bind(self._client)
 
     async def create(
@@ -210,6 +225,7 @@ class ValkeyRecords:
                     "tombstone_until": "" if expires is None else str(expires + TOMBSTONE_MS),
                     "idempotency_value": "" if idempotency is None else f"{record.task_id} {idempotency.fingerprint}",
                     "idempotency_window_ms": "" if idempotency is None else str(max(1, idempotency.window_ms)),
+                    "confirming": "1" if self._confirming else "",
                 },
                 rest=flat(field_map(record)),
             )

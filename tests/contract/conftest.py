@@ -8,11 +8,13 @@ from typing import TypeVar
 
 import pytest
 
+from ext_tasks.store.acks import ReplicaAcks
 from ext_tasks.store.base import TaskStore
 from ext_tasks.store.memory import MemoryTaskStore
 from ext_tasks.store.valkey import ValkeyTaskStore
 from tests.support.valkey import ValkeyServer, running_valkey
 from tests.support.valkey_cluster import ValkeyCluster
+from tests.support.valkey_sentinel import SentinelGroup, running_sentinel_group
 
 _prefixes = itertools.count()
 S = TypeVar("S", bound=TaskStore)
@@ -29,12 +31,21 @@ def valkey_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ValkeySe
         yield server
 
 
+@pytest.fixture(scope="session")
+def sentinel_group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SentinelGroup]:
+    with running_sentinel_group(Path(tmp_path_factory.mktemp("sentinel"))) as group:
+        yield group
+
+
 def shared_url(request: pytest.FixtureRequest) -> str:
-    """The URL of the session's one Valkey or of its one cluster (asked for only when needed, so
-    ``-k memory`` starts neither)."""
-    if request.param == "cluster":
+    """The URL of the session's one Valkey, its one cluster or its one Sentinel group (each started
+    only when asked for, so ``-k memory`` starts none)."""
+    if request.param.startswith("cluster"):
         cluster: ValkeyCluster = request.getfixturevalue("valkey_cluster")
         return cluster.url
+    if request.param.startswith("sentinel"):
+        group: SentinelGroup = request.getfixturevalue("sentinel_group")
+        return group.url
     server: ValkeyServer = request.getfixturevalue("valkey_server")
     return server.url
 
@@ -49,20 +60,23 @@ async def opened(instance: S) -> AsyncIterator[S]:
 
 
 def on_shared_server(request: pytest.FixtureRequest) -> ValkeyTaskStore:
-    """A Valkey store with a fresh key prefix on the session's Valkey or cluster."""
-    return ValkeyTaskStore(shared_url(request), prefix=f"contract-{next(_prefixes)}")
+    """A Valkey store with a fresh key prefix on the session's Valkey, cluster or Sentinel group; a
+    ``-acked`` variant has every creation and transition confirmed by a replica."""
+    acks = ReplicaAcks(replicas=1, timeout_ms=5000) if request.param.endswith("-acked") else None
+    return ValkeyTaskStore(shared_url(request), prefix=f"contract-{next(_prefixes)}", acks=acks)
 
 
-@pytest.fixture(params=["memory", "valkey", "cluster"])
+@pytest.fixture(params=["memory", "valkey", "cluster", "sentinel-acked", "cluster-acked"])
 async def store(request: pytest.FixtureRequest) -> AsyncIterator[TaskStore]:
-    """The same contract, run against every store: in memory, on one Valkey, on a Valkey Cluster (each
-    test gets a fresh key prefix on a shared server)."""
+    """The same contract, run against every store: in memory, on one Valkey, on a Valkey Cluster, on
+    the primary of a Sentinel group and on the cluster with replica acknowledgement (each test gets a
+    fresh key prefix on a shared server)."""
     instance: TaskStore = MemoryTaskStore() if request.param == "memory" else on_shared_server(request)
     async with opened(instance):
         yield instance
 
 
-@pytest.fixture(params=["valkey", "cluster"])
+@pytest.fixture(params=["valkey", "cluster", "sentinel-acked"])
 async def shared_store(request: pytest.FixtureRequest) -> AsyncIterator[ValkeyTaskStore]:
     """What only a store shared by processes has to show (runs outliving their worker)."""
     async with opened(on_shared_server(request)) as instance:

@@ -127,6 +127,41 @@ class ValkeyCluster:
         node.server = start_valkey(directory, port=node.port, extra_args=_node_args(directory, node.bus_port))
         wait_until(lambda: all(other.cluster_info().get("cluster_state") == "ok" for other in self.nodes), 30)
 
+    def kill(self, primary: ClusterNode, timeout_s: float = 30.0) -> ClusterNode:
+        """SIGKILL ``primary`` and wait until the cluster promoted its replica (after
+        ``--cluster-node-timeout``) and is whole again; the replica takes its place in ``primaries``."""
+        index = self.primaries.index(primary)
+        replica = self.replicas[index]
+        primary.server.process.kill()
+        primary.server.process.wait(timeout=10)
+        survivors = [node for node in self.nodes if node is not primary]
+        wait_until(lambda: _role(replica) == "master", timeout_s)
+        wait_until(lambda: all(node.cluster_info().get("cluster_state") == "ok" for node in survivors), timeout_s)
+        self.primaries[index], self.replicas[index] = replica, primary
+        return replica
+
+    def rejoin(self, node: ClusterNode, timeout_s: float = 30.0) -> None:
+        """Start a primary :meth:`kill` stopped again: it comes back empty as the replica of the node
+        that replaced it; returns once it has synced."""
+        if node.server.process.poll() is not None:
+            self.restart(node)
+        wait_until(lambda: _replica_synced(node), timeout_s)
+
+    def recover(self, node: ClusterNode, timeout_s: float = 30.0) -> None:
+        """Make a primary :meth:`kill` stopped the primary again (the layout other tests expect):
+        :meth:`rejoin`, then take over with ``CLUSTER FAILOVER``."""
+        if node not in self.replicas:
+            return
+        index = self.replicas.index(node)
+        stand_in = self.primaries[index]
+        self.rejoin(node, timeout_s)
+        with node.client() as client:
+            client.execute_command("CLUSTER", "FAILOVER")
+        wait_until(lambda: _role(node) == "master" and _role(stand_in) == "slave", timeout_s)
+        self.primaries[index], self.replicas[index] = node, stand_in
+        slot = index * (SLOTS // len(self.primaries))
+        wait_until(lambda: all(self._owner_port_seen_by(other, slot) == node.port for other in self.nodes), timeout_s)
+
     def flush(self) -> None:
         for node in self.primaries:
             with node.client() as client:
@@ -135,6 +170,16 @@ class ValkeyCluster:
     def stop(self) -> None:
         for node in self.nodes:
             stop(node.server.process)
+
+
+def _role(node: ClusterNode) -> str:
+    with node.client() as client:
+        return str(client.execute_command("ROLE")[0])
+
+
+def _replica_synced(node: ClusterNode) -> bool:
+    with node.client() as client:
+        return bool(client.info("replication").get("master_link_status") == "up")
 
 
 def wait_until(predicate: object, timeout_s: float, interval_s: float = 0.05) -> None:

@@ -1,0 +1,111 @@
+"""Valkey behind Sentinel: ``valkey+sentinel://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]/NAME[/DB]``.
+
+The URL names the sentinels (any of them will do; they are asked in turn) and the monitored primary's
+name. The command client's connections go to the primary the sentinels name **when the connection is
+opened**, so after a promotion the process follows by itself: a connection to the old primary fails (it
+died) or is refused writes (it was demoted, ``READONLY``), is dropped, and the next one asks the
+sentinels again. While the sentinels cannot name a healthy primary (the minute between a death and the
+promotion), every command fails as "store unavailable" (HTTP 503, retry later); nothing is answered from
+a replica. Each time the named primary changes the process counts a failover
+(``ext_tasks_store_failovers_total``).
+
+The pool is the same bounded, trimmed pool as one Valkey's (:class:`~.plumbing.TrimmedPool`), its
+connections valkey-py's :class:`SentinelManagedConnection`, which ask the pool for the address.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from dataclasses import dataclass
+from typing import Any, Final
+from urllib.parse import unquote, urlsplit
+
+from valkey.asyncio import Valkey
+from valkey.asyncio.sentinel import Sentinel, SentinelManagedConnection
+
+from ..metrics import STORE_FAILOVERS
+from .plumbing import SENTINEL_SCHEME, Endpoint, TrimmedPool, parse_hosts
+
+logger = logging.getLogger("ext_tasks.store")
+
+#: How long asking one sentinel may take before the next is asked.
+_SENTINEL_TIMEOUT_S: Final = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class SentinelTarget:
+    sentinels: list[Endpoint]
+    name: str
+    db: int
+    credentials: dict[str, str]
+
+
+def sentinel_target(url: str) -> SentinelTarget:
+    """What ``valkey+sentinel://HOST:PORT[,...]/NAME[/DB]`` names; ``ValueError`` says what is wrong."""
+    parts = urlsplit(url)
+    if parts.scheme != SENTINEL_SCHEME:
+        raise ValueError(f"not a {SENTINEL_SCHEME}:// URL")
+    sentinels, credentials = parse_hosts(parts.netloc, what="sentinel")
+    path = [unquote(segment) for segment in parts.path.split("/") if segment]
+    if not path or len(path) > 2:
+        raise ValueError(f"{SENTINEL_SCHEME}:// needs the monitored primary's name: HOST:PORT[,...]/NAME[/DB]")
+    name = path[0]
+    if len(path) == 2 and not path[1].isdigit():
+        raise ValueError(f"database {path[1]!r} is not a number")
+    return SentinelTarget(sentinels, name, int(path[1]) if len(path) == 2 else 0, credentials)
+
+
+class FollowingPool(TrimmedPool):
+    """A bounded pool whose new connections go to the primary the sentinels name now."""
+
+    def __init__(self, name: str, sentinel: Sentinel, **kwargs: Any) -> None:
+        super().__init__(connection_class=SentinelManagedConnection, **kwargs)
+        # What SentinelManagedConnection expects of its pool (valkey-py's own sentinel pool has these).
+        self.connection_kwargs["connection_pool"] = weakref.proxy(self)
+        self.is_master = True
+        self.check_connection = False
+        self.service_name = name
+        self.sentinel_manager = sentinel
+        self.master_address: tuple[str, int] | None = None
+
+    async def get_master_address(self) -> tuple[str, int]:
+        host, port = await self.sentinel_manager.discover_master(self.service_name)
+        address = (str(host), int(port))
+        if address != self.master_address:
+            if self.master_address is not None:
+                STORE_FAILOVERS.inc()
+                logger.warning(
+                    "the sentinels name a new primary for %s: %s:%d (was %s:%d)",
+                    self.service_name, *address, *self.master_address,
+                )  # fmt: skip
+            self.master_address = address
+            # Idle connections still point at the old primary: they reconnect on their next use.
+            await self.disconnect(inuse_connections=False)
+        return address
+
+
+def connect_sentinel(
+    url: str, *, max_connections: int, connect_timeout_s: float, pool_timeout_s: float, idle_s: float
+) -> tuple[Valkey, Sentinel]:
+    target = sentinel_target(url)
+    sentinel = Sentinel(  # type: ignore[no-untyped-call]
+        [(seed.host, seed.port) for seed in target.sentinels],
+        sentinel_kwargs={"socket_timeout": _SENTINEL_TIMEOUT_S, "socket_connect_timeout": _SENTINEL_TIMEOUT_S},
+    )
+    pool = FollowingPool(
+        target.name,
+        sentinel,
+        max_connections=max_connections,
+        timeout=pool_timeout_s,
+        idle_s=idle_s,
+        db=target.db,
+        username=target.credentials.get("username"),
+        password=target.credentials.get("password"),
+        decode_responses=True,
+        socket_connect_timeout=connect_timeout_s,
+        socket_timeout=10.0,
+        health_check_interval=15,
+        retry_on_timeout=False,
+    )
+    return Valkey.from_pool(pool), sentinel
