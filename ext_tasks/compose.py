@@ -85,9 +85,12 @@ class SharedValkey:
         assert settings.valkey_url is not None
         self.prefix = settings.valkey_prefix
         acks = ReplicaAcks(settings.valkey_min_replica_acks, settings.valkey_ack_timeout_ms)
-        self.topology = Topology.from_url(
-            settings.valkey_url, max_connections=settings.valkey_max_connections, acks=acks
-        )
+        try:
+            self.topology = Topology.from_url(
+                settings.valkey_url, max_connections=settings.valkey_max_connections, acks=acks
+            )
+        except ValueError as exc:  # the URL names nothing (the message never repeats a password)
+            raise ConfigError(f"EXT_TASKS_VALKEY_URL / --valkey-url: {exc}") from None
         self.channels = ShardedChannels(self.topology)
 
     def on(self) -> dict[str, Any]:

@@ -14,6 +14,10 @@ than the lease is reclaimed by another worker (so a run is executed *at least on
 after :data:`WATCH_AFTER_S` watches its task, so a cancellation from any instance stops the running
 coroutine at once; shorter runs cost no subscription (a cancellation that beats them loses nothing:
 their outcome's compare-and-set fails).
+
+A run outlasts a store outage (a failover): reading its task and storing its status messages and
+outcome are tried again for up to :data:`OUTAGE_S`, and a write whose answer was lost is judged by the
+record itself, so a promotion costs the run a pause rather than an attempt and a second execution.
 """
 
 from __future__ import annotations

@@ -110,8 +110,9 @@ class ValkeyRunQueue:
         self._surplus: list[Run] = []
         self._last_trim = 0.0
         self._reclaim_from = 0
-        self._reclaim = RECLAIM.bind(self._client)
-        self._requeue = REQUEUE.bind(self._client)
+        # Reclaiming and giving back move runs between workers: confirmed like taking them.
+        self._reclaim = RECLAIM.bind(self._client, topology)
+        self._requeue = REQUEUE.bind(self._client, topology)
         self._readers: _PartitionReaders | None = None
 
     async def open_queue(self) -> None:
@@ -179,27 +180,41 @@ class ValkeyRunQueue:
 
     async def _read_all(self, consumer: str, block_ms: int) -> list[Run]:
         """One blocking read of every partition, at most one entry from each."""
-        streams = {self.keys.runs(partition): ">" for partition in self._partitions}
-        reply = await self._on_queue(
-            lambda: self._client.xreadgroup(self.keys.run_group, consumer, streams, count=1, block=block_ms)
-        )
-        return [_run(fields["task"], entry_id, fields) for _, entries in reply or [] for entry_id, fields in entries]
+        streams = [self.keys.runs(partition) for partition in self._partitions]
+        return await self._take(streams, consumer, block_ms)
 
-    async def read_partition(self, consumer: str, partition: str, block_ms: int) -> list[Run]:
-        """One blocking read of one partition (a cluster). Sent to the stream's node directly: left to
-        find the key itself, the cluster client would first ask the server (``COMMAND GETKEYS``) on every
-        read; a slot that moved meanwhile still answers MOVED, which the client follows."""
-        stream = self.keys.runs(partition)
+    async def _take(self, streams: list[str], consumer: str, block_ms: int, node: Any = None) -> list[Run]:
+        """``XREADGROUP`` of ``streams`` (one slot's, on a cluster: ``node`` serves it). When writes must
+        be confirmed, so is taking a run: a claim the replicas do not have could be lost in a promotion
+        and the run handed to a second worker while the first still runs it; a claim they did not
+        confirm in time fails as "unavailable", its runs left to be reclaimed, never started."""
+        command: list[str | int] = ["XREADGROUP", "GROUP", self.keys.run_group, consumer, "COUNT", 1]
+        command += ["BLOCK", block_ms, "STREAMS", *streams, *(">" for _ in streams)]
 
         async def read() -> Any:
-            node = self._client.get_node_from_key(stream)
-            return await self._client.execute_command(
-                "XREADGROUP", "GROUP", self.keys.run_group, consumer, "COUNT", 1, "BLOCK", block_ms,
-                "STREAMS", stream, ">", target_nodes=node,
-            )  # fmt: skip
+            if self._topology.confirms:
+                return self._parse_read(await self._topology.confirmed(streams[0], *command))
+            if node is None:
+                return await self._client.execute_command(*command)
+            # Sent to the stream's node directly: left to find the key itself, the cluster client would
+            # first ask the server (COMMAND GETKEYS) on every read; a slot that moved meanwhile still
+            # answers MOVED, which the client follows.
+            return await self._client.execute_command(*command, target_nodes=node)
 
         reply = await self._on_queue(read)
         return [_run(fields["task"], entry_id, fields) for _, entries in reply or [] for entry_id, fields in entries]
+
+    async def read_partition(self, consumer: str, partition: str, block_ms: int) -> list[Run]:
+        """One blocking read of one partition (a cluster)."""
+        stream = self.keys.runs(partition)
+        return await self._take([stream], consumer, block_ms, node=self._client.get_node_from_key(stream))
+
+    def _parse_read(self, reply: Any) -> Any:
+        """An ``XREADGROUP`` reply read off a connection directly (one Valkey), as the client parses it;
+        a cluster node's replies come parsed already."""
+        if self._topology.cluster or not isinstance(reply, list):
+            return reply
+        return self._client.response_callbacks["XREADGROUP"](reply)
 
     # --- keeping, returning and acknowledging runs -----------------------------------------------------
 

@@ -15,6 +15,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -99,7 +100,7 @@ class FailoverLoad:
         if asks:
             task_id = self.create(client, "ask_then_finish", {"label": f"task {number}"})
         else:
-            task_id = self.create(client, "sleepy", {"seconds": 3.0 if cancels else 0.3})
+            task_id = self.create(client, "journaled", {"seconds": 3.0 if cancels else 0.3})
         answered = cancelled = False
         expected = {"cancelled"} if cancels else {"completed"}
         deadline = time.monotonic() + FOLLOW_FOR_S
@@ -158,6 +159,25 @@ class FailoverLoad:
         for thread in threads:
             thread.join(timeout=RESEND_FOR_S + FOLLOW_FOR_S + 30)
             assert not thread.is_alive(), "a client thread did not finish"
+
+    @staticmethod
+    def overlapping_runs(journal: Path) -> list[str]:
+        """Tasks that ran twice at the same time, from the ``journaled`` tool's journal."""
+        lines = journal.read_text().splitlines()
+        assert lines, f"nothing journaled in {journal}"
+        runs: dict[str, list[tuple[str, float]]] = {}
+        for line in lines:
+            what, task_id, _pid, at = line.split()
+            runs.setdefault(task_id, []).append((what, float(at)))
+        found = []
+        for task_id, notes in runs.items():
+            running = 0
+            for what, _ in sorted(notes, key=lambda note: note[1]):
+                running += 1 if what == "start" else -1
+                if running > 1:
+                    found.append(task_id)
+                    break
+        return found
 
     def summary(self) -> str:
         unexpected = {task_id: status for task_id, status in self.outcomes.items() if status != "expected"}

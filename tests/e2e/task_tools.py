@@ -5,16 +5,19 @@ finished it in its result text, so a test can tell which server (or worker) proc
 
 - ``sleepy``: sleeps ``seconds`` inside a task (task-required).
 - ``ask_then_finish``: asks one elicitation inside the task (who finishes it), then completes.
+- ``journaled``: sleeps like ``sleepy``, noting each run's start and end in ``$E2E_TASK_JOURNAL``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import time
 
 from ext_tasks import Context, ToolError, ToolRegistry
 
 registry = ToolRegistry("balancer-e2e", version="0.0.1")
+JOURNAL_VARIABLE = "E2E_TASK_JOURNAL"
 
 NAME_SCHEMA = {
     "type": "object",
@@ -38,3 +41,22 @@ async def ask_then_finish(ctx: Context, label: str) -> str:
     if answer.action != "accept" or not isinstance(name, str):
         raise ToolError(f"nobody finishes {label} (action {answer.action})")
     return f"{label} finished by {name} in pid {os.getpid()}"
+
+
+@registry.tool(task="required", description="Sleep `seconds` inside a task, noting when each run starts and ends.")
+async def journaled(ctx: Context, seconds: float) -> str:
+    """Each run appends ``start``/``end`` lines (task id, pid, wall clock) to ``$E2E_TASK_JOURNAL``, so a
+    test can tell whether one task ever ran twice at the same time."""
+    journal = os.environ.get(JOURNAL_VARIABLE)
+    _note(journal, "start", ctx.task_id)
+    try:
+        await asyncio.sleep(max(0.0, min(seconds, 600.0)))
+    finally:
+        _note(journal, "end", ctx.task_id)
+    return f"slept {seconds:g}s in pid {os.getpid()}"
+
+
+def _note(journal: str | None, what: str, task_id: str | None) -> None:
+    if journal:
+        with open(journal, "a", encoding="utf-8") as file:  # one short line per write: appends interleave whole
+            file.write(f"{what} {task_id} {os.getpid()} {time.time():.6f}\n")

@@ -12,6 +12,7 @@ yet passed on when it died is gone; the test reports that count (docs/deploy.md 
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -22,6 +23,7 @@ import pytest
 import valkey
 
 from tests.e2e.failover_load import CAPABILITIES, FailoverLoad
+from tests.e2e.task_tools import JOURNAL_VARIABLE
 from tests.support.cluster import Cluster, running_cluster, wait_for
 from tests.support.mcp_http import post
 from tests.support.processes import ServerProcess
@@ -31,8 +33,10 @@ from tests.support.valkey_sentinel import SentinelGroup, running_sentinel_group
 pytestmark = pytest.mark.e2e
 
 TOOLS = "tests.e2e.task_tools"
-TASKS = 40
-CLIENTS = 4
+#: The load (more of both, e.g. E2E_FAILOVER_CLIENTS=16 E2E_FAILOVER_TASKS=400, measures losses under a
+#: heavier write rate than CI's).
+TASKS = int(os.environ.get("E2E_FAILOVER_TASKS", "40"))
+CLIENTS = int(os.environ.get("E2E_FAILOVER_CLIENTS", "4"))
 FLEET_ENV = {"EXT_TASKS_LEASE_S": "2", "EXT_TASKS_SHUTDOWN_GRACE_S": "1"}
 
 
@@ -43,7 +47,7 @@ def sentinel_group(tmp_path: Path) -> Iterator[SentinelGroup]:
 
 
 def _fleet(tmp_path: Path, url: str, acks: int) -> contextlib.AbstractContextManager[Cluster]:
-    env = {**FLEET_ENV, "EXT_TASKS_VALKEY_MIN_REPLICA_ACKS": str(acks)}
+    env = {**FLEET_ENV, "EXT_TASKS_VALKEY_MIN_REPLICA_ACKS": str(acks), JOURNAL_VARIABLE: str(tmp_path / "journal")}
     return running_cluster(tmp_path, tools=TOOLS, env=env, valkey_url=url)
 
 
@@ -79,6 +83,7 @@ def test_sentinel_promotion_with_replica_acks_loses_no_acknowledged_task(
         assert all(status == "expected" for status in load.outcomes.values()), load.summary()
         assert len(load.outcomes) == TASKS
         assert load.history.violations() == []
+        assert FailoverLoad.overlapping_runs(tmp_path / "journal") == []  # no task ever ran twice at once
         wait_for(lambda: _ready(fleet), 30, message=lambda: "every instance ready on the new primary")
         assert _failovers_seen(fleet) >= 1
 
@@ -154,6 +159,9 @@ def test_cluster_primary_failover_with_replica_acks_loses_no_acknowledged_task(
             assert all(status == "expected" for status in load.outcomes.values()), load.summary()
             assert len(load.outcomes) == TASKS
             assert load.history.violations() == []
+            assert FailoverLoad.overlapping_runs(tmp_path / "journal") == []  # no task ever ran twice at once
+            assert _failovers_seen(fleet) >= 1  # some instance saw the replica take over
+            assert _metric(fleet, "ext_tasks_store_retries_total") > 0
         finally:
             valkey_cluster.recover(victim)  # back as a primary: the session's other tests expect the layout
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ext_tasks.auth import AnonymousAuthenticator, BearerTokenAuthenticator
-from ext_tasks.compose import build_authenticator, build_codec
+from ext_tasks.compose import build_authenticator, build_codec, build_store
 from ext_tasks.config import PREFIX, ConfigError, Settings, settings_from_env
 from ext_tasks.protocol.errors import InvalidRequestState
 from ext_tasks.protocol.resume import Binding, generate_key, parse_key
@@ -65,6 +65,28 @@ def test_every_variable_is_read() -> None:
     assert settings.log_level == "debug"
     assert not settings.bound_to_loopback
     assert settings.several_processes_answer
+
+
+def test_replica_acknowledgement_is_read_and_needs_a_valkey_store() -> None:
+    env = {
+        "EXT_TASKS_VALKEY_URL": "valkey+sentinel://10.0.0.1:26379,10.0.0.2:26379/tasks",
+        "EXT_TASKS_STATE_KEYS": KEY_A,
+        "EXT_TASKS_VALKEY_MIN_REPLICA_ACKS": "2",
+        "EXT_TASKS_VALKEY_ACK_TIMEOUT_MS": "250",
+    }
+    settings = settings_from_env(env).validate()
+    assert (settings.valkey_min_replica_acks, settings.valkey_ack_timeout_ms) == (2, 250)
+    assert (Settings().valkey_min_replica_acks, Settings().valkey_ack_timeout_ms) == (0, 1000)
+
+
+@pytest.mark.parametrize(
+    "url", ["valkey+sentinel://s1:26379", "valkey+sentinel://s1/tasks", "valkey+cluster://:pass@nohostport"]
+)
+def test_a_store_url_that_names_nothing_is_a_config_error_without_the_password(url: str) -> None:
+    settings = Settings(valkey_url=url, state_keys=(parse_key(KEY_A),))
+    with pytest.raises(ConfigError, match="EXT_TASKS_VALKEY_URL") as refused:
+        build_store(settings)
+    assert "pass" not in str(refused.value)
 
 
 def test_state_keys_may_be_separated_by_newlines() -> None:
@@ -135,6 +157,9 @@ def test_several_workers_without_shared_keys_is_a_config_error() -> None:
         {"max_body_bytes": 100},
         {"cache_ttl_ms": -1},
         {"keepalive_s": 0.0},
+        {"valkey_min_replica_acks": -1},
+        {"valkey_ack_timeout_ms": 0},
+        {"valkey_min_replica_acks": 1},  # without a Valkey store there is no replica to ask
     ],
     ids=lambda overrides: next(iter(overrides)),
 )
