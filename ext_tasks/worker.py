@@ -95,6 +95,8 @@ class Worker:
         #: still acknowledging, and the next run that an answer queued).
         #: Keyed by (task id, delivery): a delivery id is unique within one partition's stream only.
         self._running: dict[tuple[str, str], tuple[Run, asyncio.Task[None]]] = {}
+        #: Runs stopped because the queue handed them to another worker (not to be acknowledged).
+        self._lost: set[tuple[str, str]] = set()
         self._loops: list[asyncio.Task[None]] = []
         self._down: set[str] = set()
         self._stopping = asyncio.Event()
@@ -151,20 +153,24 @@ class Worker:
             if free <= 0:
                 await asyncio.wait([task for _, task in self._running.values()], return_when=asyncio.FIRST_COMPLETED)
                 continue
+            runs: list[Run] = []
             try:
-                runs: list[Run] = []
                 if time.monotonic() >= next_reclaim:
-                    runs = await self.store.reclaim(self.consumer, lease_ms, free)
                     next_reclaim = time.monotonic() + self.options.lease_s / 2
+                    runs = await self.store.reclaim(self.consumer, lease_ms, free)
                     if runs:
                         LEASE_RECLAIMS.inc(len(runs))
                         logger.warning("reclaimed %d run(s) whose worker stopped", len(runs))
+            except TaskStoreUnavailable as exc:  # no reclaim this time; queued runs are still taken
+                logger.warning(
+                    "reclaiming runs failed (%s); trying again in %.1fs", exc.detail, self.options.lease_s / 2
+                )
+            try:
                 if len(runs) < free:
                     runs += await self.store.next_runs(self.consumer, free - len(runs), self.options.block_ms)
-            except TaskStoreUnavailable:
-                logger.warning("task store unavailable; retrying in 1s")
+            except TaskStoreUnavailable as exc:
+                logger.warning("task store unavailable (%s); retrying in 1s", exc.detail)
                 await asyncio.sleep(1.0)
-                continue
             for run in runs:
                 self._spawn(run)
 
@@ -181,6 +187,7 @@ class Worker:
         def ended(_: object) -> None:
             watcher.cancel()
             self._running.pop(key, None)
+            self._lost.discard(key)
 
         task.add_done_callback(ended)
 
@@ -209,10 +216,25 @@ class Worker:
             await asyncio.sleep(self.options.lease_s / 3)
             runs = [run for run, _ in self._running.values()]
             with contextlib.suppress(TaskStoreUnavailable):
-                await self.store.heartbeat(self.consumer, runs)
+                for run in await self.store.heartbeat(self.consumer, runs):
+                    self._stop_lost(run)
                 if time.monotonic() >= depth_due:
                     depth_due = time.monotonic() + _DEPTH_EVERY_S
                     QUEUE_DEPTH.set(await self.store.queue_depth())
+
+    def _stop_lost(self, run: Run) -> None:
+        """The queue no longer counts ``run`` as ours: another worker took it over (this process paused
+        longer than the lease) or a promoted replica never saw our claim. Stop it, unacknowledged: the
+        run belongs to its new holder, and two executions at once would race."""
+        key = (run.task_id, run.delivery)
+        running = self._running.get(key)
+        if running is None:
+            return
+        logger.warning(
+            "the run of %s is no longer this worker's (taken over, or lost in a failover); stopping it", run.task_id
+        )
+        self._lost.add(key)
+        running[1].cancel()
 
     # --- one run ----------------------------------------------------------------------------------
 
@@ -225,6 +247,8 @@ class Worker:
         except asyncio.CancelledError:
             if self._stopping.is_set():
                 raise  # shutdown: `stop` gives the run back to the queue
+            if (run.task_id, run.delivery) in self._lost:
+                return  # another worker holds the run now: its ack, not ours
             # Cancelled through tasks/cancel: the record already says so.
         except TaskStoreUnavailable:
             logger.warning("task store unavailable while running %s; the run will be reclaimed", run.task_id)

@@ -23,16 +23,27 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from valkey.asyncio.cluster import ClusterNode
-from valkey.exceptions import AskError, ClusterDownError, MovedError, ResponseError, TryAgainError
+from valkey.exceptions import (
+    AskError,
+    ClusterDownError,
+    ConnectionError,
+    MovedError,
+    NoScriptError,
+    ResponseError,
+    TimeoutError,
+    TryAgainError,
+)
 
 from ..metrics import STORE_ACK_TIMEOUTS, STORE_RETRIES
 from .base import TaskStoreUnavailable
+from .cluster_client import SETTLE_S
 
 Command = Sequence[str | int]
 
-#: Times a confirmed write follows a redirection before it is answered "unavailable".
-_REDIRECTS: Final = 16
-_TRYAGAIN_PAUSE_S: Final = 0.05
+#: How long a confirmed write follows redirections (a slot changing owner) before it is "unavailable";
+#: the same budget as the cluster client's own commands.
+_SETTLE_S: Final = SETTLE_S
+_SETTLE_PAUSE_S: Final = 0.02
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,11 +89,14 @@ async def send_together(connection: Any, commands: Sequence[Command], parse: Any
     return replies
 
 
-async def confirmed_single(pool: Any, acks: ReplicaAcks, command: Command) -> Any:
-    """``command`` confirmed by the replicas, on one Valkey (or the primary Sentinel names)."""
+async def confirmed_single(pool: Any, acks: ReplicaAcks, command: Command, source: str | None = None) -> Any:
+    """``command`` confirmed by the replicas, on one Valkey (or the primary Sentinel names). A script's
+    ``source`` is loaded if the server does not know it (a promoted replica never saw it loaded)."""
     connection = await pool.get_connection(str(command[0]))
     try:
         reply, confirmed = await send_together(connection, [command, acks.wait()])
+        if isinstance(reply, NoScriptError) and source is not None:
+            reply, confirmed = (await send_together(connection, [("SCRIPT", "LOAD", source), command, acks.wait()]))[1:]
     finally:
         await pool.release(connection)
     if isinstance(reply, BaseException):
@@ -91,27 +105,42 @@ async def confirmed_single(pool: Any, acks: ReplicaAcks, command: Command) -> An
     return reply
 
 
-async def confirmed_cluster(cluster: Any, acks: ReplicaAcks, key: str, command: Command) -> Any:
-    """``command`` (touching ``key``'s slot) confirmed by the replicas of the node that serves it."""
+async def confirmed_cluster(
+    cluster: Any, acks: ReplicaAcks, key: str, command: Command, source: str | None = None
+) -> Any:
+    """``command`` (touching ``key``'s slot) confirmed by the replicas of the node that serves it; a
+    script's ``source`` is loaded on that node if it does not know it."""
     asking: ClusterNode | None = None
-    for _ in range(_REDIRECTS):
+    settled_by = asyncio.get_running_loop().time() + _SETTLE_S
+    while asyncio.get_running_loop().time() < settled_by:
         await cluster.initialize()  # a no-op unless the slot map is stale
         node: ClusterNode = asking or cluster.get_node_from_key(key)
-        batch = [("ASKING",), command, acks.wait()] if asking is not None else [command, acks.wait()]
-        replies = await _on_node(node, batch)
+        batch = [command, acks.wait()]
+        if isinstance(asking, ClusterNode):
+            batch.insert(0, ("ASKING",))
+        try:
+            replies = await _on_node(node, batch)
+        except (ConnectionError, TimeoutError, OSError):
+            # As the client does on its own path: the next command learns the slot map again. Not sent
+            # again here: the write may have been made before the connection broke.
+            await cluster._reset_for_reinitialize()
+            raise
         reply, confirmed = replies[-2], replies[-1]
         asking = None
-        if isinstance(reply, MovedError):
+        if isinstance(reply, NoScriptError) and source is not None:
+            await _on_node(node, [("SCRIPT", "LOAD", source)])
+        elif isinstance(reply, MovedError):
             cluster.nodes_manager._moved_exception = reply  # the client's own way to learn the new owner
+            await asyncio.sleep(_SETTLE_PAUSE_S)  # two nodes may each name the other for a moment
         elif isinstance(reply, AskError):
             asking = cluster.get_node(host=reply.host, port=reply.port)
             if asking is None:
                 await cluster._reset_for_reinitialize()
         elif isinstance(reply, TryAgainError):
-            await asyncio.sleep(_TRYAGAIN_PAUSE_S)
+            await asyncio.sleep(_SETTLE_PAUSE_S)
         elif isinstance(reply, ClusterDownError):
             await cluster._reset_for_reinitialize()
-            await asyncio.sleep(_TRYAGAIN_PAUSE_S * 5)
+            await asyncio.sleep(_SETTLE_PAUSE_S * 5)
         else:
             if isinstance(reply, BaseException):
                 raise reply
@@ -126,4 +155,4 @@ async def _on_node(node: ClusterNode, commands: Sequence[Command]) -> list[Any]:
     try:
         return await send_together(connection, commands, node.parse_response)
     finally:
-        node._free.append(connection)  # disconnected if anything broke
+        node._free.append(connection)  # back whatever happened (disconnected if anything broke)

@@ -144,8 +144,10 @@ class RunQueue(Protocol):
         """Up to ``count`` new runs for ``consumer``, waiting at most ``block_ms`` for one."""
         ...
 
-    async def heartbeat(self, consumer: str, runs: list[Run]) -> None:
-        """Tell the queue that ``consumer`` still works on ``runs`` (keeps them from being reclaimed)."""
+    async def heartbeat(self, consumer: str, runs: list[Run]) -> list[Run]:
+        """Tell the queue that ``consumer`` still works on ``runs`` (keeps them from being reclaimed);
+        returns those of ``runs`` it no longer holds (reclaimed by another worker after a pause longer
+        than the lease, or forgotten by a promoted replica): their execution must stop, unacknowledged."""
         ...
 
     async def reclaim(self, consumer: str, min_idle_ms: int, count: int) -> list[Run]:

@@ -13,7 +13,12 @@
    0.4 s on a busy slot. Here a command whose redirections ran out is sent again after a pause, for
    up to :data:`SETTLE_S`, before it counts as "store unavailable".
 
-Both rely on valkey-py 6 internals (``NodesManager.set_nodes``, ``slots_cache``), which is one reason the
+3. **A command to a node that is down gives its connection back.** valkey-py keeps the connection of a
+   command whose sending failed out of the node's pool for good: 64 commands to a dead node and the
+   node object answers ``MaxConnectionsError`` forever, even once the node is back (and with 1., the
+   node object is kept). :class:`StoreNode` returns it whatever happens.
+
+All three rely on valkey-py 6 internals (``NodesManager.set_nodes``, ``slots_cache``), which is one reason the
 dependency is pinned below 7.
 """
 
@@ -37,10 +42,42 @@ SETTLE_S: Final = 2.0
 _SETTLE_PAUSE_S: Final = 0.05
 
 
+class StoreNode(ClusterNode):
+    """A cluster node whose connection always goes back to its pool (see 3. above)."""
+
+    __slots__ = ()
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        connection = self.acquire_connection()
+        kwargs.pop("keys", None)  # only for client-side caching, which is not used
+        try:
+            await connection.send_packed_command(connection.pack_command(*args), False)
+            return await self.parse_response(connection, args[0], **kwargs)
+        finally:
+            self._free.append(connection)  # a connection that failed is disconnected, and reconnects
+
+    async def execute_pipeline(self, commands: list[Any]) -> bool:
+        connection = self.acquire_connection()
+        try:
+            await connection.send_packed_command(connection.pack_commands(cmd.args for cmd in commands), False)
+            failed = False
+            for cmd in commands:
+                try:
+                    cmd.result = await self.parse_response(connection, cmd.args[0], **cmd.kwargs)
+                except Exception as exc:  # noqa: BLE001 - each command's error is its result, as valkey-py does
+                    cmd.result = exc
+                    failed = True
+            return failed
+        finally:
+            self._free.append(connection)
+
+
 class _KeepingNodesManager(NodesManager):
     __slots__ = ()
 
     def set_nodes(self, old: dict[str, ClusterNode], new: dict[str, ClusterNode], remove_old: bool = False) -> None:
+        for node in new.values():
+            node.__class__ = StoreNode  # nodes valkey-py made (a refresh, a redirect to a new node)
         if old is self.nodes_cache:
             kept: dict[str, ClusterNode] = {}
             for name, node in new.items():

@@ -204,8 +204,8 @@ class MemoryTaskStore:
             runs.append(Run(task_id=task_id, delivery=str(self._deliveries), attempt=earlier + 1))
         return runs
 
-    async def heartbeat(self, consumer: str, runs: list[Run]) -> None:
-        return None  # a run cannot outlive its only worker here
+    async def heartbeat(self, consumer: str, runs: list[Run]) -> list[Run]:
+        return []  # a run cannot outlive its only worker here
 
     async def reclaim(self, consumer: str, min_idle_ms: int, count: int) -> list[Run]:
         return []

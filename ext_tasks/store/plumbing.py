@@ -30,7 +30,7 @@ from typing import Any, Final
 from urllib.parse import unquote, urlsplit
 
 from valkey.asyncio import BlockingConnectionPool, Valkey
-from valkey.asyncio.cluster import ClusterNode, ValkeyCluster
+from valkey.asyncio.cluster import ValkeyCluster
 from valkey.asyncio.sentinel import Sentinel
 from valkey.backoff import ExponentialBackoff
 from valkey.exceptions import (
@@ -45,7 +45,7 @@ from valkey.exceptions import (
 
 from .acks import ReplicaAcks, confirmed_cluster, confirmed_single
 from .base import TaskStoreUnavailable
-from .cluster_client import CountingRetry, StoreCluster
+from .cluster_client import CountingRetry, StoreCluster, StoreNode
 
 logger = logging.getLogger("ext_tasks.store")
 
@@ -233,7 +233,7 @@ class Topology:
         if url.startswith(f"{CLUSTER_SCHEME}://"):
             seeds, credentials = cluster_seeds(url)
             cluster = StoreCluster(
-                startup_nodes=[ClusterNode(seed.host, seed.port) for seed in seeds],
+                startup_nodes=[StoreNode(seed.host, seed.port) for seed in seeds],
                 decode_responses=True,
                 max_connections=max_connections,
                 socket_connect_timeout=connect_timeout_s,
@@ -267,12 +267,13 @@ class Topology:
         """Whether writes wait for replicas (:meth:`confirmed`)."""
         return self.acks.replicas > 0
 
-    async def confirmed(self, key: str, *command: str | int) -> Any:
-        """``command`` (a write in ``key``'s slot), answered once the replicas confirm it."""
+    async def confirmed(self, key: str, *command: str | int, source: str | None = None) -> Any:
+        """``command`` (a write in ``key``'s slot), answered once the replicas confirm it; for an
+        ``EVALSHA``, the script's ``source`` (loaded where the server does not know it yet)."""
         with unavailable_on_connection_errors():
             if self.cluster:
-                return await confirmed_cluster(self.client, self.acks, key, command)
-            return await confirmed_single(self.client.connection_pool, self.acks, command)
+                return await confirmed_cluster(self.client, self.acks, key, command, source)
+            return await confirmed_single(self.client.connection_pool, self.acks, command, source)
 
     async def endpoint_for(self, key: str) -> Endpoint:
         """The node that serves ``key`` (or a sharded channel) as far as this client knows."""

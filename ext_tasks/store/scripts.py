@@ -16,7 +16,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from valkey.commands.core import AsyncScript
-from valkey.exceptions import NoScriptError
 
 from .plumbing import Topology
 
@@ -58,8 +57,4 @@ class BoundScript:
         if self._topology is None or not self._topology.confirms:
             return await self._registered(keys=key_list, args=arg_list)
         command: list[str | int] = ["EVALSHA", str(self._registered.sha), len(key_list), *key_list, *arg_list]
-        try:
-            return await self._topology.confirmed(key_list[0], *command)
-        except NoScriptError:  # a node that never saw the script (restarted, or new to the cluster)
-            await self._registered.registered_client.script_load(self.script.source)
-            return await self._topology.confirmed(key_list[0], *command)
+        return await self._topology.confirmed(key_list[0], *command, source=self.script.source)

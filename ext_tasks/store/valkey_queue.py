@@ -26,7 +26,7 @@ from typing import Any, Final, TypeVar
 
 from valkey.exceptions import ResponseError
 
-from .base import Run
+from .base import Run, TaskStoreUnavailable
 from .keys import LEGACY_PARTITION, PARTITION_TAGS, KeySchema, partition_of
 from .plumbing import Topology, unavailable_on_connection_errors
 from .scripts import Script
@@ -84,6 +84,27 @@ return found
 """,
 )
 
+HEARTBEAT: Final = Script(
+    "keep runs",
+    keys=("runs",),
+    args=("group", "consumer"),
+    body="""
+-- Re-claiming one's own entries resets their idle time, which is what a reclaim measures (JUSTID leaves
+-- their delivery count, the attempts, alone). Only entries still ours: one another worker took over,
+-- or one a promoted replica never heard of, is reported lost instead of taken back.
+local mine, lost = {}, {}
+for _, id in ipairs(rest) do
+  local pending = redis.call('XPENDING', runs, group, id, id, 1)
+  if pending[1] and pending[1][2] == consumer then mine[#mine + 1] = id else lost[#lost + 1] = id end
+end
+if #mine > 0 then
+  mine[#mine + 1] = 'JUSTID'
+  redis.call('XCLAIM', runs, group, consumer, 0, unpack(mine))
+end
+return lost
+""",
+)
+
 REQUEUE: Final = Script(
     "give a run back",
     keys=("runs",),
@@ -113,6 +134,7 @@ class ValkeyRunQueue:
         # Reclaiming and giving back move runs between workers: confirmed like taking them.
         self._reclaim = RECLAIM.bind(self._client, topology)
         self._requeue = REQUEUE.bind(self._client, topology)
+        self._heartbeat = HEARTBEAT.bind(self._client)
         self._readers: _PartitionReaders | None = None
 
     async def open_queue(self) -> None:
@@ -218,23 +240,28 @@ class ValkeyRunQueue:
 
     # --- keeping, returning and acknowledging runs -----------------------------------------------------
 
-    async def heartbeat(self, consumer: str, runs: list[Run]) -> None:
+    async def heartbeat(self, consumer: str, runs: list[Run]) -> list[Run]:
         held = [*runs, *self._surplus, *(self._readers.buffered() if self._readers is not None else ())]
         if not held:
-            return
+            return []
         by_stream = _by_stream(self.keys, held)
+        args = {"group": self.keys.run_group, "consumer": consumer}
 
-        async def claim_again() -> None:
-            # Re-claiming one's own entries resets their idle time, which is what `reclaim` measures;
-            # JUSTID leaves their delivery count (the attempts) alone.
-            await asyncio.gather(
-                *(
-                    self._client.xclaim(stream, self.keys.run_group, consumer, 0, deliveries, justid=True)
-                    for stream, deliveries in by_stream.items()
+        async def keep() -> list[list[str]]:
+            return list(
+                await asyncio.gather(
+                    *(
+                        self._heartbeat(keys={"runs": stream}, args=args, rest=deliveries)
+                        for stream, deliveries in by_stream.items()
+                    )
                 )
             )
 
-        await self._on_queue(claim_again)
+        lost = {delivery for found in await self._on_queue(keep) for delivery in found}
+        if not lost:
+            return []
+        self._surplus = [run for run in self._surplus if run.delivery not in lost]
+        return [run for run in runs if run.delivery in lost]
 
     async def reclaim(self, consumer: str, min_idle_ms: int, count: int) -> list[Run]:
         """At most ``count`` idle runs, partition after partition (starting one further each time, so
@@ -246,10 +273,16 @@ class ValkeyRunQueue:
         self._reclaim_from = (self._reclaim_from + 1) % len(self._partitions)
         order = self._partitions[self._reclaim_from :] + self._partitions[: self._reclaim_from]
         runs: list[Run] = []
+        failed: TaskStoreUnavailable | None = None
         for partition in order:
             if len(runs) >= count and not trim:
                 break
-            runs += await self._reclaim_partition(partition, consumer, min_idle_ms, count - len(runs), trim)
+            try:
+                runs += await self._reclaim_partition(partition, consumer, min_idle_ms, count - len(runs), trim)
+            except TaskStoreUnavailable as exc:  # one shard away: the others' runs are still reclaimed
+                failed = exc
+        if failed is not None and not runs:
+            raise failed
         return runs
 
     async def _reclaim_partition(

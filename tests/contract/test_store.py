@@ -223,8 +223,21 @@ async def test_heartbeats_keep_a_run_from_being_reclaimed(shared_store: ValkeyTa
     await shared_store.create(make_record())
     taken = await shared_store.next_runs("busy-worker", 10, 1000)
     await anyio.sleep(0.3)  # let the run go idle, then prove a heartbeat resets its idle time
-    await shared_store.heartbeat("busy-worker", taken)
+    assert await shared_store.heartbeat("busy-worker", taken) == []  # still its own
     assert await shared_store.reclaim("other", 250, 10) == []
+
+
+async def test_a_heartbeat_does_not_take_back_a_run_another_worker_took_over(shared_store: ValkeyTaskStore) -> None:
+    """A worker that paused longer than the lease finds at its next heartbeat that the run is another's:
+    the run is reported lost (to be stopped), and stays with the worker that took it over."""
+    await shared_store.create(make_record())
+    (run,) = await shared_store.next_runs("paused-worker", 10, 1000)
+    (taken_over,) = await shared_store.reclaim("survivor", 0, 10)
+    assert taken_over.delivery == run.delivery
+    assert await shared_store.heartbeat("paused-worker", [run]) == [run]
+    await anyio.sleep(0.3)
+    assert await shared_store.heartbeat("survivor", [taken_over]) == []
+    assert await shared_store.reclaim("paused-worker", 250, 10) == []  # the survivor's heartbeat kept it
 
 
 async def test_an_outcome_committed_with_its_run_acknowledges_it(shared_store: ValkeyTaskStore) -> None:

@@ -730,3 +730,31 @@ async def test_the_runtime_is_not_ready_while_a_worker_loop_is_down(
     finally:
         with anyio.fail_after(WAIT_S):
             await runtime.stop()
+
+
+class TakenOverStore(WatchedStore):
+    """A store whose queue says, at the first heartbeat, that every run went to another worker."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.acknowledged: list[Run] = []
+
+    async def heartbeat(self, consumer: str, runs: list[Run]) -> list[Run]:
+        return list(runs)
+
+    async def ack(self, run: Run) -> None:
+        self.acknowledged.append(run)
+
+
+async def test_a_run_the_queue_gave_to_another_worker_stops_unacknowledged(
+    registry: ToolRegistry, probe: Probe
+) -> None:
+    store = TakenOverStore()
+    worker = Worker(store, registry, WorkerOptions(block_ms=50, lease_s=0.15))
+    async with running(worker):
+        task_id = await add_task(store, "hold")
+        with anyio.fail_after(WAIT_S):
+            await probe.started.wait()
+            await probe.saw_cancel.wait()  # stopped at the heartbeat that found the run gone
+    assert store.acknowledged == []  # the new holder acknowledges it, not this worker
+    assert (await store.record(task_id)).status is TaskStatus.WORKING  # nothing committed either
