@@ -388,8 +388,9 @@ def _replica_section(results: Results) -> list[str]:
         "## 8. Replica acknowledgement (`WAIT`)", "",
         f"`{r0}` and `{r1}`: ext-tasks on hypercorn over a Valkey primary with one replica (diskless sync; both "
         f"valkey-servers pinned with the loader), with `{MIN_REPLICA_ACKS}={acks[0]}` and `={acks[1]}`: with N ≥ 1 "
-        "every task creation and every transition commit is followed by `WAIT N <timeout>` before the client is "
-        "answered. r1 ÷ r0 and r1 − r0 are taken inside each round, then their median is shown: the ratio is the "
+        "every task creation, every claim on a run and every transition commit is followed by `WAIT N <timeout>` "
+        "before the client (or the worker) goes on. r1 ÷ r0 and r1 − r0 are taken inside each round, then their "
+        "median is shown: the ratio is the "
         "cost (above 1× for latency, below 1× for throughput). `tasks/get` reads only: the control. At c=1 the "
         "create → complete latency can *fall* with `WAIT`: a later create reply finds the instant task done at the "
         "first poll more often, saving a 1 ms poll pause (fewer requests per task); the create reply's own latency "

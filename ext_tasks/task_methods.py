@@ -23,7 +23,7 @@ from typing import Any, Final
 from .auth import Principal
 from .config import TaskOptions
 from .context import Emit
-from .lifecycle import task_event
+from .lifecycle import principal_tag, task_event
 from .protocol.envelope import Envelope
 from .protocol.errors import Busy, InvalidParams, LimitExceeded
 from .protocol.jsonrpc import Result
@@ -175,7 +175,8 @@ class TaskMethods:
         if isinstance(found, TaskRecord) and found.owner == principal.id:
             return found
         if isinstance(found, Expired) and found.owner == principal.id:
-            logger.info("task.expired", extra={"event": "task.expired", "task_id": task_id})
+            tag = principal_tag(principal.id)
+            logger.info("task.expired", extra={"event": "task.expired", "task_id": task_id, "principal": tag})
             raise InvalidParams("Failed to retrieve task: Task has expired")
         # Another principal's task answers exactly like one that never existed.
         raise InvalidParams("Failed to retrieve task: Task not found")

@@ -43,9 +43,10 @@ def shared_url(request: pytest.FixtureRequest) -> str:
     if request.param.startswith("cluster"):
         cluster: ValkeyCluster = request.getfixturevalue("valkey_cluster")
         return cluster.url
-    if request.param.startswith("sentinel"):
+    if request.param.startswith(("sentinel", "replica")):
         group: SentinelGroup = request.getfixturevalue("sentinel_group")
-        return group.url
+        # The group's URL, or its primary named directly: one Valkey with a replica (valkey://).
+        return group.url if request.param.startswith("sentinel") else group.primary.url
     server: ValkeyServer = request.getfixturevalue("valkey_server")
     return server.url
 
@@ -66,11 +67,11 @@ def on_shared_server(request: pytest.FixtureRequest) -> ValkeyTaskStore:
     return ValkeyTaskStore(shared_url(request), prefix=f"contract-{next(_prefixes)}", acks=acks)
 
 
-@pytest.fixture(params=["memory", "valkey", "cluster", "sentinel-acked", "cluster-acked"])
+@pytest.fixture(params=["memory", "valkey", "cluster", "sentinel-acked", "replica-acked", "cluster-acked"])
 async def store(request: pytest.FixtureRequest) -> AsyncIterator[TaskStore]:
-    """The same contract, run against every store: in memory, on one Valkey, on a Valkey Cluster, on
-    the primary of a Sentinel group and on the cluster with replica acknowledgement (each test gets a
-    fresh key prefix on a shared server)."""
+    """The same contract, run against every store: in memory, on one Valkey, on a Valkey Cluster, and
+    with replica acknowledgement through Sentinel, on one primary with a replica and on the cluster
+    (each test gets a fresh key prefix on a shared server)."""
     instance: TaskStore = MemoryTaskStore() if request.param == "memory" else on_shared_server(request)
     async with opened(instance):
         yield instance

@@ -8,6 +8,7 @@ burst style with ``Worker.execute`` where a test needs a task to move on; no bac
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,6 +18,7 @@ import pytest
 from ext_tasks import Context, Principal, ToolRegistry, elicit
 from ext_tasks.config import EngineOptions, TaskOptions
 from ext_tasks.engine import Engine
+from ext_tasks.lifecycle import principal_tag
 from ext_tasks.metrics import REGISTRY
 from ext_tasks.protocol.errors import (
     HEADER_MISMATCH,
@@ -384,14 +386,17 @@ async def test_another_principals_task_is_not_found_exactly_like_an_unknown_id(e
 
 @pytest.mark.parametrize("method", TASK_METHODS)
 async def test_an_expired_task_is_expired_for_its_owner_and_not_found_for_others(
-    engine: Engine, clock: Clock, method: str
+    engine: Engine, clock: Clock, method: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     task_id = await create_task(engine, principal=ALICE)
     clock.now_ms += TTL_MS - 1
     assert (await get_task(engine, task_id))["taskId"] == task_id  # readable for its whole ttlMs
     clock.now_ms += 1
     _, for_bob = await error_of(engine, method, task_params(method, task_id), principal=BOB)
-    _, for_alice = await error_of(engine, method, task_params(method, task_id), principal=ALICE)
+    with caplog.at_level(logging.INFO, logger="ext_tasks.lifecycle"):
+        _, for_alice = await error_of(engine, method, task_params(method, task_id), principal=ALICE)
+    (logged,) = [entry for entry in caplog.records if entry.getMessage() == "task.expired"]
+    assert logged.principal == principal_tag(ALICE.id)  # type: ignore[attr-defined]  # the one-way tag, not the id
     assert for_alice["code"] == INVALID_PARAMS
     assert for_alice["message"] == EXPIRED
     assert for_bob["code"] == INVALID_PARAMS
