@@ -1,4 +1,5 @@
-"""valkey-py's asyncio cluster client, with two corrections that resharding under load showed necessary.
+"""valkey-py's asyncio cluster client, with three corrections that resharding and failover under load
+showed necessary.
 
 1. **Learning the slot map again closes nothing.** After a few ``MOVED`` or a broken connection valkey-py
    *closes every connection of every node* and rebuilds its node table from scratch, so every command
@@ -12,14 +13,13 @@
    millisecond, and a script whose keys are split between them answers ``TRYAGAIN`` for longer than
    0.4 s on a busy slot. Here a command whose redirections ran out is sent again after a pause, for
    up to :data:`SETTLE_S`, before it counts as "store unavailable".
-
 3. **A command to a node that is down gives its connection back.** valkey-py keeps the connection of a
    command whose sending failed out of the node's pool for good: 64 commands to a dead node and the
    node object answers ``MaxConnectionsError`` forever, even once the node is back (and with 1., the
    node object is kept). :class:`StoreNode` returns it whatever happens.
 
-All three rely on valkey-py 6 internals (``NodesManager.set_nodes``, ``slots_cache``), which is one reason the
-dependency is pinned below 7.
+All three rely on valkey-py 6 internals (``NodesManager.set_nodes``, ``slots_cache``, a node's ``_free``
+connections), which is one reason the dependency is pinned below 7.
 """
 
 from __future__ import annotations
