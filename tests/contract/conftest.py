@@ -2,14 +2,15 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
+import anyio
 import pytest
 
 from ext_tasks.store.acks import ReplicaAcks
-from ext_tasks.store.base import TaskStore
+from ext_tasks.store.base import TaskStore, TaskStoreUnavailable
 from ext_tasks.store.memory import MemoryTaskStore
 from ext_tasks.store.valkey import ValkeyTaskStore
 from tests.support.valkey import ValkeyServer, running_valkey
@@ -18,6 +19,7 @@ from tests.support.valkey_sentinel import SentinelGroup, running_sentinel_group
 
 _prefixes = itertools.count()
 S = TypeVar("S", bound=TaskStore)
+T = TypeVar("T")
 
 
 @pytest.fixture
@@ -49,6 +51,17 @@ def shared_url(request: pytest.FixtureRequest) -> str:
         return group.url if request.param.startswith("sentinel") else group.primary.url
     server: ValkeyServer = request.getfixturevalue("valkey_server")
     return server.url
+
+
+async def once_available(operation: Callable[[], Awaitable[T]], timeout_s: float, pause_s: float = 0.2) -> T:
+    """``operation()`` as soon as the store answers it (a node or primary coming back), within
+    ``timeout_s``; until then it answers "unavailable", and any other outcome is the test's business."""
+    with anyio.fail_after(timeout_s):
+        while True:
+            try:
+                return await operation()
+            except TaskStoreUnavailable:
+                await anyio.sleep(pause_s)
 
 
 @contextlib.asynccontextmanager

@@ -18,6 +18,7 @@ from valkey.crc import key_slot
 from ext_tasks.store.base import TaskStoreUnavailable
 from ext_tasks.store.keys import PARTITION_TAGS, KeySchema, new_task_id
 from ext_tasks.store.valkey import ValkeyTaskStore
+from tests.contract.conftest import once_available
 from tests.contract.test_store import make_record
 from tests.support.processes import stop
 from tests.support.valkey_cluster import ValkeyCluster, running_valkey_cluster
@@ -62,13 +63,7 @@ async def test_a_node_that_goes_away_answers_unavailable_and_service_resumes_whe
 
         small_cluster.restart(victim)
         fresh = make_record(new_task_id(tag))
-        with anyio.fail_after(RECOVERY_S):
-            while True:
-                try:
-                    await store.create(fresh)
-                    break
-                except TaskStoreUnavailable:
-                    await anyio.sleep(0.2)
+        assert await once_available(lambda: store.create(fresh), RECOVERY_S) is None
         assert await store.lookup(fresh.task_id) == fresh
     finally:
         await store.close()

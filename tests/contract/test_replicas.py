@@ -21,7 +21,7 @@ from ext_tasks.protocol.states import TaskStatus
 from ext_tasks.store.acks import ReplicaAcks, ReplicasBehind
 from ext_tasks.store.base import ExistingTask, IdempotencyClaim, TaskStoreUnavailable
 from ext_tasks.store.valkey import ValkeyTaskStore
-from tests.contract.conftest import opened
+from tests.contract.conftest import once_available, opened
 from tests.contract.test_store import make_record, under
 from tests.support.valkey import ValkeyServer
 from tests.support.valkey_sentinel import SentinelGroup, running_sentinel_group
@@ -88,15 +88,8 @@ async def test_a_store_behind_sentinel_follows_a_promotion_by_itself(own_sentine
         with anyio.fail_after(5.0), pytest.raises(TaskStoreUnavailable):
             await store.lookup(record.task_id)  # until the promotion: "retry later", never a wrong answer
 
-        with anyio.fail_after(PROMOTION_S):
-            while True:
-                try:
-                    found = await store.lookup(record.task_id)
-                except TaskStoreUnavailable:
-                    await anyio.sleep(0.1)
-                    continue
-                assert found == record  # on the promoted replica, because the replica confirmed it
-                break
+        found = await once_available(lambda: store.lookup(record.task_id), PROMOTION_S, pause_s=0.1)
+        assert found == record  # on the promoted replica, because the replica confirmed it
         new = await store.topology.endpoint_for("any")
         assert new.port == group.replica.port  # the replica the sentinels promoted
         assert STORE_FAILOVERS._value.get() > failovers
@@ -106,11 +99,5 @@ async def test_a_store_behind_sentinel_follows_a_promotion_by_itself(own_sentine
         await anyio.to_thread.run_sync(group.wait_for_promotion)
         await anyio.to_thread.run_sync(group.restart_killed)
         fresh = make_record()
-        with anyio.fail_after(PROMOTION_S):
-            while True:
-                try:
-                    await store.create(fresh)
-                    break
-                except TaskStoreUnavailable:
-                    await anyio.sleep(0.2)
+        assert await once_available(lambda: store.create(fresh), PROMOTION_S) is None
         assert await store.lookup(fresh.task_id) == fresh

@@ -46,6 +46,9 @@ class FailoverLoad:
     outcomes: dict[str, str] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    #: Set once ``_half`` creations were acknowledged (``run`` acts then).
+    _halfway: threading.Event = field(default_factory=threading.Event)
+    _half: int = 0
 
     # --- one request, resent while the answer is "retry later" ---------------------------------------
 
@@ -80,6 +83,8 @@ class FailoverLoad:
         self.history.acknowledged(task_id)
         with self._lock:
             self.acknowledged.append(task_id)
+            if len(self.acknowledged) >= self._half:
+                self._halfway.set()
         return task_id
 
     def get(self, client: httpx.Client, task_id: str) -> dict[str, Any]:
@@ -148,13 +153,12 @@ class FailoverLoad:
                         with self._lock:
                             self.errors.append(f"task {number}: {type(exc).__name__}: {exc}")
 
+        self._half = tasks // 2
         threads = [threading.Thread(target=client_loop, name=f"failover-client-{index}") for index in range(clients)]
         for thread in threads:
             thread.start()
-        deadline = time.monotonic() + RESEND_FOR_S
-        while len(self.acknowledged) < tasks // 2 and any(thread.is_alive() for thread in threads):
-            assert time.monotonic() < deadline, f"only {len(self.acknowledged)} acknowledged: {self.errors[:3]}"
-            time.sleep(0.01)
+        reached = self._halfway.wait(RESEND_FOR_S)
+        assert reached, f"only {len(self.acknowledged)} acknowledged: {self.errors[:3]}"
         halfway()
         for thread in threads:
             thread.join(timeout=RESEND_FOR_S + FOLLOW_FOR_S + 30)
