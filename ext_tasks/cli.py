@@ -5,8 +5,10 @@
     ext-tasks serve [--host 127.0.0.1] [--port 3001] [--tools MODULE] [--valkey-url URL] [--workers N]
     ext-tasks worker --valkey-url URL [--tools MODULE]
     ext-tasks keygen
+    ext-tasks call TOOL [key=value | key:=json ...] [--url URL]   (and ``task get|wait|cancel``, ``tools``)
 
-Every flag has an ``EXT_TASKS_*`` variable; a flag wins over its variable.
+Every server flag has an ``EXT_TASKS_*`` variable; a flag wins over its variable. The client commands
+(``ext_tasks.client.commands``) take only flags.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from hypercorn.config import Config as HypercornConfig
 
+from .client import commands as client_commands
 from .config import ConfigError, Settings, settings_from_env
 from .lifecycle import JsonFormatter
 from .protocol.resume import generate_key
@@ -64,6 +67,7 @@ def _parser() -> argparse.ArgumentParser:
     proxy.add_argument("--valkey-url", help="keep legacy sessions in Valkey, for several proxy instances")
     proxy.add_argument("--log-level", help="debug, info, warning or error (EXT_TASKS_LOG_LEVEL, default info)")
     commands.add_parser("keygen", help="print a new requestState key for EXT_TASKS_STATE_KEYS")
+    client_commands.add_commands(commands)
     return parser
 
 
@@ -72,6 +76,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "keygen":
         print(generate_key())  # noqa: T201 - the command's output
         return 0
+    if args.command in ("call", "task", "tools"):
+        return client_commands.run(args)
     try:
         overrides: dict[str, Any] = {"valkey_url": args.valkey_url, "log_level": args.log_level}
         if args.command != "proxy":

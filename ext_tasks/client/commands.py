@@ -1,0 +1,197 @@
+"""``ext-tasks call``, ``ext-tasks task get|wait|cancel`` and ``ext-tasks tools``: the client on the
+command line.
+
+::
+
+    ext-tasks call deploy service=billing ref=v1.2 environment=production --url http://127.0.0.1:3001/mcp
+    ext-tasks call report year:=2026 tags:='["a","b"]' --json
+    ext-tasks task wait TASK_ID
+
+Arguments follow httpie: ``key=value`` is a string, ``key:=json`` any JSON value. Exit status: 0 for a
+completed result, 1 for an ``isError`` result or a task that ended ``failed`` or ``cancelled``, 2 for a
+usage or protocol error, 130 when a second Ctrl-C left the task running (its id is printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Final, TextIO
+
+from .client import Client
+from .console import Console
+from .errors import ClientError, TaskCancelled, TaskFailed
+from .tasks import TaskHandle
+
+DEFAULT_URL: Final = "http://127.0.0.1:3001/mcp"
+EXIT_OK: Final = 0
+EXIT_TOOL_ERROR: Final = 1
+EXIT_USAGE: Final = 2
+EXIT_LEFT_RUNNING: Final = 130
+
+
+class UsageError(Exception):
+    pass
+
+
+def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The client's subcommands, on the ``ext-tasks`` parser."""
+    call = commands.add_parser("call", help="call a tool of a 2026-07-28 server and print its result")
+    call.add_argument("tool", help="the tool's name")
+    call.add_argument("items", nargs="*", metavar="key=value|key:=json", help="the tool's arguments")
+    _connection_flags(call)
+    task = commands.add_parser("task", help="follow a task: get, wait or cancel")
+    task.add_argument("action", choices=("get", "wait", "cancel"))
+    task.add_argument("task_id", help="the task's id")
+    _connection_flags(task)
+    tools = commands.add_parser("tools", help="list a server's tools")
+    _connection_flags(tools)
+
+
+def _connection_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--url", default=DEFAULT_URL, help=f"the server's MCP endpoint (default {DEFAULT_URL})")
+    parser.add_argument("--token", help="bearer token sent as Authorization")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON and nothing else on stdout")
+    parser.add_argument("--no-input", action="store_true", help="never ask questions (no elicitation declared)")
+
+
+def parse_items(items: Sequence[str]) -> dict[str, Any]:
+    """httpie's convention: ``key=value`` (a string) and ``key:=json`` (any JSON value)."""
+    arguments: dict[str, Any] = {}
+    for item in items:
+        raw_key, json_sep, raw_json = item.partition(":=")
+        if json_sep and "=" not in raw_key:
+            try:
+                arguments[raw_key] = json.loads(raw_json)
+            except ValueError as exc:
+                raise UsageError(f"{item!r}: the value after := is not JSON ({exc})") from None
+            key = raw_key
+        else:
+            key, sep, value = item.partition("=")
+            if not sep:
+                raise UsageError(f"{item!r}: expected key=value or key:=json")
+            arguments[key] = value
+        if not key:
+            raise UsageError(f"{item!r}: the argument has no name")
+    return arguments
+
+
+def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
+    """Run one client subcommand; its exit status."""
+    out, err = stdout or sys.stdout, stderr or sys.stderr
+    console = Console(err, interactive=not args.json and err.isatty(), ask=not args.no_input and sys.stdin.isatty())
+    try:
+        return asyncio.run(_run(args, console, out))
+    except UsageError as exc:
+        print(f"ext-tasks {args.command}: {exc}", file=err)
+        return EXIT_USAGE
+
+
+async def _run(args: argparse.Namespace, console: Console, out: TextIO) -> int:
+    arguments = parse_items(args.items) if args.command == "call" else {}
+    async with Client(args.url, token=args.token, elicitation=console.elicit if console.ask else None) as client:
+        try:
+            if args.command == "tools":
+                return _print_tools(await client.list_tools(), out, as_json=args.json)
+            if args.command == "task" and args.action == "get":
+                _print_json(await client.task(args.task_id).status(), out)
+                return EXIT_OK
+            if args.command == "task" and args.action == "cancel":
+                await client.task(args.task_id).cancel()
+                console.say(f"cancellation of {args.task_id} requested")
+                return EXIT_OK
+            if args.command == "task":
+                return await _follow(console, out, args, lambda: _started(client.task(args.task_id)))
+            return await _follow(console, out, args, lambda: client.start_tool(args.tool, arguments))
+        except TaskFailed as exc:
+            console.say(f"task {exc.task_id} failed: {exc.message} (JSON-RPC {exc.code})")
+            return EXIT_TOOL_ERROR
+        except TaskCancelled as exc:
+            console.say(f"task {exc.task_id} was cancelled")
+            return EXIT_TOOL_ERROR
+        except ClientError as exc:
+            console.say(f"error: {exc}")
+            return EXIT_USAGE
+
+
+async def _started(handle: TaskHandle) -> TaskHandle:
+    return handle
+
+
+async def _follow(
+    console: Console, out: TextIO, args: argparse.Namespace, start: Callable[[], Awaitable[TaskHandle]]
+) -> int:
+    """Start (or pick up) the call, show its task while it runs, print the result. Ctrl-C once asks the
+    server to cancel the task; twice stops waiting and leaves it running."""
+    waiting = asyncio.current_task()
+    assert waiting is not None
+    handle: TaskHandle | None = None
+    interrupts = 0
+    cancelling: set[asyncio.Task[None]] = set()
+
+    def interrupted() -> None:
+        nonlocal interrupts
+        interrupts += 1
+        if handle is None or handle.task_id is None or interrupts > 1:
+            waiting.cancel()
+            return
+        console.say(f"cancelling task {handle.task_id} (Ctrl-C again to leave it running)")
+        job = asyncio.ensure_future(handle.cancel())
+        cancelling.add(job)
+        job.add_done_callback(cancelling.discard)
+
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGINT, interrupted)
+    try:
+        handle = await start()
+        if handle.task_id is not None:
+            console.started(handle.task_id)
+        result = await _wait_showing(console, handle)
+    except asyncio.CancelledError:
+        if handle is not None and handle.task_id is not None:
+            console.say(f"left task {handle.task_id} running")
+            print(handle.task_id, file=out)
+        return EXIT_LEFT_RUNNING
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+        console.done()
+    if args.json:
+        _print_json(result, out)
+    else:
+        console.print_result(result, out)
+    return EXIT_TOOL_ERROR if result.get("isError") is True else EXIT_OK
+
+
+async def _wait_showing(console: Console, handle: TaskHandle) -> dict[str, Any]:
+    if handle.task_id is None:
+        return await handle.wait()
+    watcher = asyncio.ensure_future(_show(console, handle))
+    try:
+        return await handle.wait()
+    finally:
+        watcher.cancel()
+
+
+async def _show(console: Console, handle: TaskHandle) -> None:
+    """Refresh the status line from the handle's latest state (the elapsed time ticks on its own)."""
+    while True:
+        console.status(handle.last)
+        await asyncio.sleep(0.1)
+
+
+def _print_tools(tools: list[dict[str, Any]], out: TextIO, *, as_json: bool) -> int:
+    if as_json:
+        _print_json(tools, out)
+        return EXIT_OK
+    width = max((len(str(tool.get("name", ""))) for tool in tools), default=0)
+    for tool in tools:
+        print(f"{tool.get('name', '')!s:<{width}}  {tool.get('description', '')}".rstrip(), file=out)
+    return EXIT_OK
+
+
+def _print_json(value: object, out: TextIO) -> None:
+    print(json.dumps(value, indent=2, ensure_ascii=False), file=out)
