@@ -9,7 +9,8 @@ command line.
 
 Arguments follow httpie: ``key=value`` is a string, ``key:=json`` any JSON value. Exit status: 0 for a
 completed result, 1 for an ``isError`` result or a task that ended ``failed`` or ``cancelled``, 2 for a
-usage or protocol error, 130 when a second Ctrl-C left the task running (its id is printed).
+usage or protocol error, 130 when a second Ctrl-C left the task running (its id is printed on stdout).
+Ctrl-C once cancels the task (a second one within a second leaves it running instead).
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ EXIT_OK: Final = 0
 EXIT_TOOL_ERROR: Final = 1
 EXIT_USAGE: Final = 2
 EXIT_LEFT_RUNNING: Final = 130
+#: How long after a first Ctrl-C the task is cancelled: a second one within it leaves the task running.
+CANCEL_GRACE_S: Final = 1.0
 
 
 class UsageError(Exception):
@@ -125,26 +128,35 @@ async def _started(handle: TaskHandle) -> TaskHandle:
 async def _follow(
     console: Console, out: TextIO, args: argparse.Namespace, start: Callable[[], Awaitable[TaskHandle]]
 ) -> int:
-    """Start (or pick up) the call, show its task while it runs, print the result. Ctrl-C once asks the
-    server to cancel the task; twice stops waiting and leaves it running."""
+    """Start (or pick up) the call, show its task while it runs, print the result.
+
+    Ctrl-C once cancels the task on the server (after :data:`CANCEL_GRACE_S`, the time a second Ctrl-C
+    has to change that); twice stops waiting and leaves the task running, printing its id on stdout.
+    Before a task exists, Ctrl-C just stops."""
     waiting = asyncio.current_task()
     assert waiting is not None
+    loop = asyncio.get_running_loop()
     handle: TaskHandle | None = None
-    interrupts = 0
-    cancelling: set[asyncio.Task[None]] = set()
+    pending_cancel: asyncio.TimerHandle | None = None
+    jobs: set[asyncio.Future[None]] = set()
+
+    def send_cancel() -> None:
+        assert handle is not None
+        console.say(f"cancelling task {handle.task_id}")
+        job = asyncio.ensure_future(handle.cancel())
+        jobs.add(job)
+        job.add_done_callback(jobs.discard)
 
     def interrupted() -> None:
-        nonlocal interrupts
-        interrupts += 1
-        if handle is None or handle.task_id is None or interrupts > 1:
+        nonlocal pending_cancel
+        if handle is None or handle.task_id is None or pending_cancel is not None:
+            if pending_cancel is not None:
+                pending_cancel.cancel()  # not sent yet, if within the grace: the task keeps running
             waiting.cancel()
             return
         console.say(f"cancelling task {handle.task_id} (Ctrl-C again to leave it running)")
-        job = asyncio.ensure_future(handle.cancel())
-        cancelling.add(job)
-        job.add_done_callback(cancelling.discard)
+        pending_cancel = loop.call_later(CANCEL_GRACE_S, send_cancel)
 
-    loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGINT, interrupted)
     try:
         handle = await start()
@@ -153,12 +165,14 @@ async def _follow(
         result = await _wait_showing(console, handle)
     except asyncio.CancelledError:
         if handle is not None and handle.task_id is not None:
-            console.say(f"left task {handle.task_id} running")
-            print(handle.task_id, file=out)
+            console.say(f"left task {handle.task_id} running; follow it with: ext-tasks task wait {handle.task_id}")
+            print(handle.task_id, file=out)  # what a script needs to pick it up again
         return EXIT_LEFT_RUNNING
     finally:
         loop.remove_signal_handler(signal.SIGINT)
         console.done()
+        if jobs:
+            await asyncio.wait(jobs, timeout=5)
     if args.json:
         _print_json(result, out)
     else:

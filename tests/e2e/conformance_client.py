@@ -12,12 +12,12 @@ import asyncio
 import json
 import os
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from ext_tasks.client import Client, ClientError
 
-Scenario = Callable[[str], Awaitable[None]]
+Scenario = Callable[[str], Coroutine[Any, Any, None]]
 SCENARIOS: dict[str, Scenario] = {}
 
 
