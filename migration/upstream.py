@@ -18,9 +18,10 @@ from typing import Any, Protocol
 from ext_tasks import sse
 from ext_tasks.auth import Caller
 from ext_tasks.engine import Engine
-from ext_tasks.protocol.envelope import META_STATUS_ONLY, META_TTL_HINT, NAME_FIELDS, Envelope, encode_header_value
+from ext_tasks.protocol.envelope import META_STATUS_ONLY, META_TTL_HINT, Envelope
 from ext_tasks.protocol.errors import InternalError
 from ext_tasks.protocol.jsonrpc import Request, encode, error_message
+from ext_tasks.protocol.outbound import InvalidHeaderAnnotation, header_params_of, mirror_headers
 from ext_tasks.protocol.versions import (
     META_CLIENT_CAPABILITIES,
     META_CLIENT_INFO,
@@ -80,17 +81,7 @@ class ModernCall:
 
     def headers(self, header_params: Mapping[str, str]) -> dict[str, str]:
         """The SEP-2243 headers that mirror the body (``Mcp-Param-*`` from the tool's schema)."""
-        headers = {"MCP-Protocol-Version": MODERN_2026_07_28, "Mcp-Method": self.method}
-        name_field = NAME_FIELDS.get(self.method)
-        if name_field is not None and isinstance(self.params.get(name_field), str):
-            headers["Mcp-Name"] = encode_header_value(self.params[name_field])
-        arguments = self.params.get("arguments") or {}
-        for header, argument in header_params.items():
-            value = arguments.get(argument)
-            if value is not None:
-                text = value if isinstance(value, str) else json.dumps(value)
-                headers[f"Mcp-Param-{header}"] = encode_header_value(text)
-        return headers
+        return mirror_headers(MODERN_2026_07_28, self.method, self.params, header_params)
 
 
 class ModernUpstream(Protocol):
@@ -176,12 +167,10 @@ class HttpUpstream:
             found: dict[str, dict[str, str]] = {}
             async for message in self.send(listing, caller):
                 for tool in (message.get("result") or {}).get("tools", []):
-                    properties = (tool.get("inputSchema") or {}).get("properties") or {}
-                    found[tool["name"]] = {
-                        spec["x-mcp-header"]: name
-                        for name, spec in properties.items()
-                        if isinstance(spec, dict) and isinstance(spec.get("x-mcp-header"), str)
-                    }
+                    try:
+                        found[tool["name"]] = header_params_of(tool)
+                    except InvalidHeaderAnnotation:  # not mirrored: the upstream decides what it takes
+                        found[tool["name"]] = {}
             self._header_params = found
         return self._header_params
 

@@ -1,12 +1,14 @@
-"""``ext_tasks.client`` against this server (one ``ext-tasks serve`` process, the in-memory store, the
-conformance fixtures): inline answers, multi round-trip input, tasks with input inside them, the three
-ends of a task, cancellation, following a task started elsewhere, headers, and typed refusals."""
+"""``ext_tasks.client`` against this server, serving the conformance fixtures: one process on the
+in-memory store, and three behind nginx round-robin on one Valkey and on the Valkey Cluster (so a retry,
+a poll, an answer or a listen may each reach another instance). Inline answers, multi round-trip
+input, tasks with input inside them, the three ends of a task, cancellation, following a task started
+elsewhere, headers, and typed refusals."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 
@@ -17,7 +19,9 @@ from ext_tasks.client import (
     TaskCancelled,
     TaskFailed,
 )
-from tests.support.processes import ServerProcess, running_server
+from tests.e2e.conftest import STORES, store_url_for
+from tests.support.cluster import running_cluster
+from tests.support.processes import running_server
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 
@@ -26,15 +30,28 @@ TOOLS = "ext_tasks.examples.conformance"
 ANSWERS: dict[str, Any] = {"name": "Ada", "color": "teal", "confirm": True}
 
 
+class Served(Protocol):
+    """A server's MCP endpoint: one process, or a fleet behind its balancer."""
+
+    @property
+    def url(self) -> str: ...
+
+
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    with running_server(tmp_path_factory.mktemp("client"), tools=TOOLS) as served:
-        yield served
+@pytest.fixture(scope="module", params=("memory", *STORES))
+def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """One server on the in-memory store; three behind nginx on one Valkey, and on the Valkey Cluster."""
+    directory = tmp_path_factory.mktemp(f"client-{request.param}")
+    if request.param == "memory":
+        with running_server(directory, tools=TOOLS) as served:
+            yield served
+    else:
+        with running_cluster(directory, tools=TOOLS, valkey_url=store_url_for(request, request.param)) as fleet:
+            yield fleet
 
 
 class Person:
@@ -57,14 +74,14 @@ def _text(result: dict[str, Any]) -> str:
     return " ".join(item["text"] for item in result["content"] if item["type"] == "text")
 
 
-async def test_an_inline_answer_is_the_result(server: ServerProcess) -> None:
+async def test_an_inline_answer_is_the_result(server: Served) -> None:
     async with Client(server.url) as client:
         handle = await client.start_tool("greet", {"name": "Ada"})
         assert handle.task_id is None and handle.done
         assert _text(await handle.wait()) == "Hello, Ada!"
 
 
-async def test_multi_round_input_is_answered_and_the_state_echoed(server: ServerProcess) -> None:
+async def test_multi_round_input_is_answered_and_the_state_echoed(server: Served) -> None:
     person = Person()
     async with Client(server.url, elicitation=person) as client:
         result = await client.call_tool("test_input_required_result_multi_round", {})
@@ -72,14 +89,14 @@ async def test_multi_round_input_is_answered_and_the_state_echoed(server: Server
     assert person.asked == ["What is your name?", "What is your favourite colour?"]
 
 
-async def test_one_round_of_three_kinds_of_input(server: ServerProcess) -> None:
+async def test_one_round_of_three_kinds_of_input(server: Served) -> None:
     roots = [{"uri": "file:///srv/app", "name": "app"}]
     async with Client(server.url, elicitation=Person(), sampling=_sample, roots=roots) as client:
         result = await client.call_tool("test_input_required_result_multiple_inputs", {})
     assert _text(result) == "Got a name (Ada), a greeting and 1 root(s)."
 
 
-async def test_a_task_asking_inside_it_is_answered_with_tasks_update(server: ServerProcess) -> None:
+async def test_a_task_asking_inside_it_is_answered_with_tasks_update(server: Served) -> None:
     person = Person()
     async with Client(server.url, elicitation=person) as client:
         handle = await client.start_tool("confirm_delete", {"filename": "notes.txt"})
@@ -96,26 +113,26 @@ async def test_a_task_asking_inside_it_is_answered_with_tasks_update(server: Ser
 
 
 @pytest.mark.parametrize("listen", [True, False], ids=["listen", "poll"])
-async def test_wait_follows_a_task_to_its_end(server: ServerProcess, listen: bool) -> None:
+async def test_wait_follows_a_task_to_its_end(server: Served, listen: bool) -> None:
     async with Client(server.url, elicitation=Person(), listen=listen) as client:
         result = await client.call_tool("confirm_delete", {"filename": "a.txt"})
     assert _text(result) == "Deleted a.txt."
 
 
-async def test_an_is_error_result_is_returned_not_raised(server: ServerProcess) -> None:
+async def test_an_is_error_result_is_returned_not_raised(server: Served) -> None:
     async with Client(server.url) as client:
         result = await client.call_tool("failing_job", {})
     assert result["isError"] is True and "corrupt" in _text(result)
 
 
-async def test_a_failed_task_raises_its_error(server: ServerProcess) -> None:
+async def test_a_failed_task_raises_its_error(server: Served) -> None:
     async with Client(server.url) as client:
         with pytest.raises(TaskFailed) as failed:
             await client.call_tool("protocol_error_job", {})
     assert failed.value.code == -32603 and "rate limit" in failed.value.message and failed.value.task_id
 
 
-async def test_a_cancelled_task_raises_and_stops_on_the_server(server: ServerProcess) -> None:
+async def test_a_cancelled_task_raises_and_stops_on_the_server(server: Served) -> None:
     async with Client(server.url) as client:
         handle = await client.start_tool("slow_compute", {"seconds": 30})
         assert handle.task_id is not None
@@ -127,7 +144,7 @@ async def test_a_cancelled_task_raises_and_stops_on_the_server(server: ServerPro
         assert (await client.task(handle.task_id).status())["status"] == "cancelled"
 
 
-async def test_a_task_started_elsewhere_is_followed_by_id(server: ServerProcess) -> None:
+async def test_a_task_started_elsewhere_is_followed_by_id(server: Served) -> None:
     async with Client(server.url) as starter:
         handle = await starter.start_tool("slow_compute", {"seconds": 1, "label": "shared"})
         assert handle.task_id is not None
@@ -135,14 +152,14 @@ async def test_a_task_started_elsewhere_is_followed_by_id(server: ServerProcess)
         assert _text(await follower.task(handle.task_id).wait()) == "shared: computed after 1s"
 
 
-async def test_headers_from_the_tools_schema_are_sent(server: ServerProcess) -> None:
+async def test_headers_from_the_tools_schema_are_sent(server: Served) -> None:
     """The server refuses a call whose ``Mcp-Param-Region`` is missing or differs (-32020)."""
     async with Client(server.url) as client:
         assert _text(await client.call_tool("test_x_mcp_header", {"region": "eu-north-1"})) == "Region: eu-north-1"
         assert _text(await client.call_tool("test_x_mcp_header", {"region": "Zürich "})) == "Region: Zürich "
 
 
-async def test_refusals_are_typed(server: ServerProcess) -> None:
+async def test_refusals_are_typed(server: Served) -> None:
     async with Client(server.url) as client:
         with pytest.raises(MissingCapability) as missing:
             await client.call_tool("test_missing_capability", {})
@@ -155,7 +172,7 @@ async def test_refusals_are_typed(server: ServerProcess) -> None:
         assert _text(await client.call_tool("test_missing_capability", {})) == "The client declared sampling."
 
 
-async def test_prompts_and_resources_follow_input_rounds(server: ServerProcess) -> None:
+async def test_prompts_and_resources_follow_input_rounds(server: Served) -> None:
     async with Client(server.url, elicitation=Person()) as client:
         assert any(prompt["name"] == "test_input_required_result_prompt" for prompt in await client.list_prompts())
         prompt = await client.get_prompt("test_input_required_result_prompt")
@@ -166,7 +183,7 @@ async def test_prompts_and_resources_follow_input_rounds(server: ServerProcess) 
         assert read["contents"]
 
 
-async def test_without_the_extension_a_task_tool_answers_inline(server: ServerProcess) -> None:
+async def test_without_the_extension_a_task_tool_answers_inline(server: Served) -> None:
     async with Client(server.url, tasks=False) as client:
         handle = await client.start_tool("slow_compute", {"seconds": 0.2, "label": "inline"})
         assert handle.task_id is None
