@@ -36,6 +36,10 @@ DEFAULT_POLL_S: Final = 1.0
 _POLL_BOUNDS_S: Final = (0.005, 3600.0)
 #: A listen stream silent this long (keep-alives included) is taken as broken: read, then listen again.
 LISTEN_QUIET_S: Final = 60.0
+#: How long one listen stream is followed before the task is read once and a new one opened: a bound on
+#: how stale a missed notification can leave the caller (keep-alives keep a stream open that no longer
+#: delivers, behind some balancers).
+LISTEN_REFRESH_S: Final = 30.0
 
 
 def poll_seconds(state: Mapping[str, Any] | None) -> float:
@@ -164,8 +168,16 @@ class TaskHandle:
         """States from one listen stream: the task as read once the subscription is acknowledged (so no
         change between the read and the subscription is missed), then each one pushed."""
         assert self.task_id is not None
+        loop = asyncio.get_running_loop()
+        refresh_at = loop.time() + LISTEN_REFRESH_S
         async with self._client.listen_tasks([self.task_id]) as notifications:
-            async for note in notifications:  # closed by listen_tasks
+            while True:
+                try:
+                    # Bounded while waiting here only, never across a yield (that is the caller's time).
+                    async with asyncio.timeout_at(refresh_at):
+                        note = await anext(notifications)
+                except (StopAsyncIteration, TimeoutError):
+                    return  # the server ended the stream, or time to read once and listen again
                 params = note.get("params")
                 params = params if isinstance(params, dict) else {}
                 if note.get("method") == "notifications/subscriptions/acknowledged":

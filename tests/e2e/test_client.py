@@ -6,6 +6,7 @@ elsewhere, headers, and typed refusals."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from typing import Any, Protocol
@@ -18,9 +19,11 @@ from ext_tasks.client import (
     MissingCapability,
     TaskCancelled,
     TaskFailed,
+    tasks,
 )
 from tests.e2e.conftest import STORES, store_url_for
 from tests.support.cluster import running_cluster
+from tests.support.lossy_proxy import LossyProxy
 from tests.support.processes import running_server
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
@@ -188,3 +191,15 @@ async def test_without_the_extension_a_task_tool_answers_inline(server: Served) 
         handle = await client.start_tool("slow_compute", {"seconds": 0.2, "label": "inline"})
         assert handle.task_id is None
         assert _text(await handle.wait()) == "inline: computed after 0.2s"
+
+
+async def test_a_listen_stream_is_renewed_with_a_read_between(server: Served, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every ``LISTEN_REFRESH_S`` the stream is closed, the task read once and a new stream opened, so a
+    notification lost on the way delays the caller by that much at most."""
+    monkeypatch.setattr(tasks, "LISTEN_REFRESH_S", 0.3)
+    async with LossyProxy(server.url, drop=lambda _: False) as proxy, Client(proxy.url) as client:
+        handle = await client.start_tool("slow_compute", {"seconds": 1.5, "label": "renewed"})
+        assert _text(await handle.wait()) == "renewed: computed after 1.5s"
+    methods = [json.loads(body)["method"] for body in proxy.bodies]
+    assert methods.count("subscriptions/listen") >= 3, methods
+    assert methods.count("tasks/get") >= methods.count("subscriptions/listen"), methods

@@ -45,6 +45,8 @@ class LossyProxy:
         self._drop = drop
         self.dropped = 0
         self.relayed = 0
+        #: Every request body received, in order.
+        self.bodies: list[bytes] = []
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
 
@@ -82,6 +84,7 @@ class LossyProxy:
                 (int(line.split(":", 1)[1]) for line in lines if line.lower().startswith("content-length:")), 0
             )
             body = await client_in.readexactly(length)
+            self.bodies.append(body)
             kept = [line for line in lines[1:] if line and not line.lower().startswith("connection:")]
             request = "\r\n".join([lines[0], *kept, "Connection: close", "", ""]).encode("latin-1") + body
             upstream_in, upstream_out = await asyncio.open_connection(self._host, self._port)
