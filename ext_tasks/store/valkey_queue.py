@@ -29,7 +29,7 @@ from valkey.exceptions import ResponseError
 from .base import Run, TaskStoreUnavailable
 from .keys import LEGACY_PARTITION, PARTITION_TAGS, KeySchema, partition_of
 from .plumbing import Topology, unavailable_on_connection_errors
-from .scripts import Script
+from .queue_scripts import HEARTBEAT, RECLAIM, REQUEUE
 
 logger = logging.getLogger("ext_tasks.store")
 T = TypeVar("T")
@@ -37,84 +37,6 @@ T = TypeVar("T")
 #: How often one worker trims the streams it reclaims from (trimming is housekeeping, not correctness).
 _TRIM_EVERY_S: Final = 30.0
 _READER_BLOCK_MS: Final = 1000
-
-RECLAIM: Final = Script(
-    "reclaim idle runs",
-    keys=("runs",),
-    args=("group", "consumer", "min_idle_ms", "count", "trim"),
-    body="""
-local found = {}
-local taken = {nil, {}}
-if tonumber(count) > 0 then
-  taken = redis.call('XAUTOCLAIM', runs, group, consumer, min_idle_ms, '0-0', 'COUNT', count)
-end
-for _, entry in ipairs(taken[2]) do
-  local id, fields = entry[1], entry[2]
-  if fields then
-    local task, after = nil, '0'
-    for i = 1, #fields, 2 do
-      if fields[i] == 'task' then task = fields[i + 1] elseif fields[i] == 'after' then after = fields[i + 1] end
-    end
-    local pending = redis.call('XPENDING', runs, group, id, id, 1)
-    local deliveries = pending[1] and pending[1][4] or 1
-    if task then
-      found[#found + 1] = id
-      found[#found + 1] = task
-      found[#found + 1] = tostring(tonumber(after) + deliveries)
-    end
-  end
-end
-if trim == '1' then
-  -- Everything below the oldest unacknowledged entry, and below the next undelivered one, is done.
-  local summary = redis.call('XPENDING', runs, group)
-  local floor = summary[2]
-  if not floor then
-    for _, info in ipairs(redis.call('XINFO', 'GROUPS', runs)) do
-      local named = {}
-      for i = 1, #info, 2 do named[info[i]] = info[i + 1] end
-      if named['name'] == group then
-        local ms, seq = string.match(named['last-delivered-id'], '^(%d+)-(%d+)$')
-        if ms then floor = ms .. '-' .. (seq + 1) end
-      end
-    end
-  end
-  if floor then redis.call('XTRIM', runs, 'MINID', '~', floor) end
-end
-return found
-""",
-)
-
-HEARTBEAT: Final = Script(
-    "keep runs",
-    keys=("runs",),
-    args=("group", "consumer"),
-    body="""
--- Re-claiming one's own entries resets their idle time, which is what a reclaim measures (JUSTID leaves
--- their delivery count, the attempts, alone). Only entries still ours: one another worker took over,
--- or one a promoted replica never heard of, is reported lost instead of taken back.
-local mine, lost = {}, {}
-for _, id in ipairs(rest) do
-  local pending = redis.call('XPENDING', runs, group, id, id, 1)
-  if pending[1] and pending[1][2] == consumer then mine[#mine + 1] = id else lost[#lost + 1] = id end
-end
-if #mine > 0 then
-  mine[#mine + 1] = 'JUSTID'
-  redis.call('XCLAIM', runs, group, consumer, 0, unpack(mine))
-end
-return lost
-""",
-)
-
-REQUEUE: Final = Script(
-    "give a run back",
-    keys=("runs",),
-    args=("group", "delivery", "task_id", "after"),
-    body="""
-redis.call('XADD', runs, '*', 'task', task_id, 'after', after)
-redis.call('XACK', runs, group, delivery)
-return 1
-""",
-)
 
 
 def _run(task_id: str, delivery: str, fields: dict[str, str]) -> Run:
