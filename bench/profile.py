@@ -1,7 +1,7 @@
 """Where a server's time goes under load: py-spy samples of one ``ext-tasks serve`` process.
 
-For each phase (MRTR round trips on the in-memory store, ``tasks/get`` on Valkey, the task lifecycle
-on Valkey) a fresh server is started pinned to CPU 1, driven by ``bench.loadgen`` on CPU 0, and sampled
+For each phase (MRTR round trips and MRTR resumes on the in-memory store, ``tasks/get`` on Valkey, the
+task lifecycle on Valkey) a fresh server is started pinned to CPU 1, driven by ``bench.loadgen`` on CPU 0, and sampled
 by ``py-spy record --format raw`` (collapsed stacks) while the load runs. Each sample is charged to
 the *first* component found walking the stack from the leaf up (self time), and to every component on
 the stack (inclusive time). Components are module paths: hypercorn/h11 (HTTP), Litestar, the envelope
@@ -83,6 +83,7 @@ def _phases() -> list[Phase]:
 
     return [
         Phase("mrtr", "MRTR round trips, in-memory store, c=64", stack("ext-hc-mem", "memory"), plans.Step("mrtr", 64)),
+        Phase("replay", "MRTR resumes, in-memory store, c=64", stack("ext-hc-mem", "memory"), plans.Step("replay", 64)),
         Phase("tasks_get", "tasks/get, Valkey store, c=64", stack("ext-hc-vk", "valkey"), plans.Step("tasks_get", 64)),
         Phase(
             "lifecycle",
