@@ -27,7 +27,10 @@ from typing import Any
 
 import httpx
 
-from .loadgen import ACCEPT_ANSWER, CAPABILITIES, CLIENT_INFO, PROTOCOL_VERSION, TERMINAL
+from ext_tasks.loadgen.mcp import CLIENT_INFO
+from ext_tasks.protocol.versions import MODERN_2026_07_28 as PROTOCOL_VERSION
+
+from .loadgen import ACCEPT_ANSWER, CAPABILITIES, TERMINAL
 from .procs import ValkeyStore, admin
 
 #: Commands that are not the server's: our own, and a replica's ``REPLCONF ACK`` (about once a second, and

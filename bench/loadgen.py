@@ -36,7 +36,6 @@ result carries the loader's own CPU time, so its overhead per request is reporte
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import random
 import sys
@@ -49,134 +48,20 @@ from typing import Any
 
 import msgspec
 
-PROTOCOL_VERSION = "2026-07-28"
-TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+from ext_tasks.loadgen.http import REQUEST_TIMEOUT_S, Connection
+from ext_tasks.loadgen.mcp import TASKS_EXTENSION, Failure, Mcp
+
 CAPABILITIES: dict[str, Any] = {"elicitation": {}, "extensions": {TASKS_EXTENSION: {}}}
-CLIENT_INFO = {"name": "ext-tasks-bench", "version": "1.0.0"}
 ACCEPT_ANSWER = {"action": "accept", "content": {"confirm": True}}
 #: Keep at most this many latency samples per process (uniform reservoir): enough for p99.
 MAX_SAMPLES = 50_000
-REQUEST_TIMEOUT_S = 15.0
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
 
 _encode = msgspec.json.Encoder().encode
-_decode = msgspec.json.Decoder().decode
 
 
-class ProtocolFailure(Exception):
-    """The server answered something the scenario did not expect."""
-
-
-class Connection:
-    """One HTTP/1.1 keep-alive connection; ``post`` sends a request and reads the whole response."""
-
-    def __init__(self, host: str, port: int) -> None:
-        self.host = host
-        self.port = port
-        self.reader: asyncio.StreamReader | None = None
-        self.writer: asyncio.StreamWriter | None = None
-        self.requests = 0
-        self._host_header = f"Host: {host}:{port}\r\n".encode()
-
-    async def open(self) -> None:
-        self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
-
-    def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-        self.reader = self.writer = None
-
-    async def post(self, path: bytes, headers: bytes, body: bytes) -> tuple[int, bytes]:
-        if self.writer is None:
-            await self.open()
-        assert self.reader is not None and self.writer is not None
-        self.writer.write(
-            b"POST "
-            + path
-            + b" HTTP/1.1\r\n"
-            + self._host_header
-            + headers
-            + b"Content-Length: "
-            + str(len(body)).encode()
-            + b"\r\n\r\n"
-            + body
-        )
-        head = await self.reader.readuntil(b"\r\n\r\n")
-        status = int(head[9:12])
-        length = -1
-        chunked = False
-        for line in head.split(b"\r\n")[1:]:
-            name, _, value = line.partition(b":")
-            lowered = name.strip().lower()
-            if lowered == b"content-length":
-                length = int(value)
-            elif lowered == b"transfer-encoding" and b"chunked" in value.lower():
-                chunked = True
-        if chunked:
-            payload = await self._read_chunked()
-        elif length >= 0:
-            payload = await self.reader.readexactly(length)
-        else:  # no length: the body ends with the connection
-            payload = await self.reader.read()
-            self.close()
-        self.requests += 1
-        return status, payload
-
-    async def _read_chunked(self) -> bytes:
-        assert self.reader is not None
-        parts: list[bytes] = []
-        while True:
-            size = int((await self.reader.readuntil(b"\r\n")).split(b";")[0], 16)
-            if size == 0:
-                await self.reader.readuntil(b"\r\n")
-                return b"".join(parts)
-            parts.append(await self.reader.readexactly(size))
-            await self.reader.readexactly(2)
-
-
-def _sse_message(payload: bytes) -> bytes:
-    """The JSON-RPC response carried by an SSE body (the last ``data:`` event with result or error)."""
-    found = b""
-    for event in payload.replace(b"\r\n", b"\n").split(b"\n\n"):
-        data = b"\n".join(line[5:].lstrip() for line in event.split(b"\n") if line.startswith(b"data:"))
-        if b'"result"' in data or b'"error"' in data:
-            found = data
-    return found
-
-
-class Mcp:
-    """Builds 2026-07-28 requests (``_meta`` + SEP-2243 headers) and checks their JSON-RPC replies."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path.encode()
-        self._ids = itertools.count(1)
-        self._base = (
-            b"Content-Type: application/json\r\n"
-            b"Accept: application/json, text/event-stream\r\n"
-            b"MCP-Protocol-Version: " + PROTOCOL_VERSION.encode() + b"\r\n"
-        )
-        self._meta = {
-            "io.modelcontextprotocol/protocolVersion": PROTOCOL_VERSION,
-            "io.modelcontextprotocol/clientCapabilities": CAPABILITIES,
-            "io.modelcontextprotocol/clientInfo": CLIENT_INFO,
-        }
-
-    def request(self, method: str, name: str, params: dict[str, Any]) -> tuple[bytes, bytes]:
-        params["_meta"] = self._meta
-        body = _encode({"jsonrpc": "2.0", "id": next(self._ids), "method": method, "params": params})
-        headers = self._base + b"Mcp-Method: " + method.encode() + b"\r\nMcp-Name: " + name.encode() + b"\r\n"
-        return headers, body
-
-    async def call(self, conn: Connection, method: str, name: str, params: dict[str, Any]) -> dict[str, Any]:
-        headers, body = self.request(method, name, params)
-        status, payload = await conn.post(self.path, headers, body)
-        if payload.startswith((b"event:", b"data:", b":")):
-            payload = _sse_message(payload)
-        message = _decode(payload) if payload else {}
-        result = message.get("result") if isinstance(message, dict) else None
-        if status != 200 or not isinstance(result, dict):
-            raise ProtocolFailure(f"{method} {name}: HTTP {status}: {payload[:300]!r}")
-        return result
+#: The server answered something the scenario did not expect (the shared loader's failure).
+ProtocolFailure = Failure
 
 
 def _iso_ms(text: str) -> float:
@@ -247,13 +132,14 @@ class Vu:
         self.index = index
         self.tally = tally
         self.conn = Connection(spec.get("host", "127.0.0.1"), int(spec["port"]))
-        self.mcp = Mcp(spec.get("path", "/mcp"))
+        self.mcp = Mcp(spec.get("path", "/mcp"), capabilities=CAPABILITIES)
         self.tool: str = spec.get("tool", "")
         self.poll_s = float(spec.get("poll_ms", 2.0)) / 1000.0
         self.state: Any = None
 
     async def call(self, method: str, name: str, params: dict[str, Any]) -> dict[str, Any]:
-        return await asyncio.wait_for(self.mcp.call(self.conn, method, name, params), REQUEST_TIMEOUT_S)
+        """``name``: what ``Mcp-Name`` carries (the shared builder takes it from ``params`` itself)."""
+        return await asyncio.wait_for(self.mcp.call(self.conn, method, params), REQUEST_TIMEOUT_S)
 
     async def tool_call(self, tool: str, arguments: dict[str, Any], **extra: Any) -> dict[str, Any]:
         return await self.call("tools/call", tool, {"name": tool, "arguments": arguments, **extra})
@@ -262,7 +148,7 @@ class Vu:
         result = await self.tool_call(self.tool, {"item": f"vu{self.index}"})
         state = result.get("requestState")
         if result.get("resultType") != "input_required" or not isinstance(state, str):
-            raise ProtocolFailure(f"expected input_required with a requestState, got {str(result)[:200]}")
+            raise ProtocolFailure("protocol", f"expected input_required with a requestState, got {str(result)[:200]}")
         return state
 
     async def resume(self, state: str) -> None:
@@ -270,7 +156,7 @@ class Vu:
             self.tool, {"item": f"vu{self.index}"}, inputResponses={"confirm": ACCEPT_ANSWER}, requestState=state
         )
         if result.get("resultType", "complete") != "complete" or result.get("isError"):
-            raise ProtocolFailure(f"the resume did not complete: {str(result)[:200]}")
+            raise ProtocolFailure("protocol", f"the resume did not complete: {str(result)[:200]}")
 
     async def poll_until(self, task_id: str, wanted: frozenset[str]) -> tuple[dict[str, Any], int]:
         polls = 0
@@ -280,7 +166,7 @@ class Vu:
             if task.get("status") in wanted:
                 return task, polls
             if task.get("status") in TERMINAL:
-                raise ProtocolFailure(f"task ended {task.get('status')}: {str(task)[:200]}")
+                raise ProtocolFailure("protocol", f"task ended {task.get('status')}: {str(task)[:200]}")
             await asyncio.sleep(self.poll_s)
 
 
@@ -288,9 +174,9 @@ async def _echo(vu: Vu) -> None:
     started = time.perf_counter()
     headers = b"Content-Type: application/json\r\n"
     body = _encode({"jsonrpc": "2.0", "id": vu.index, "method": "echo", "params": {"vu": vu.index}})
-    status, payload = await asyncio.wait_for(vu.conn.post(vu.mcp.path, headers, body), REQUEST_TIMEOUT_S)
+    status, _, payload = await asyncio.wait_for(vu.conn.post(vu.mcp.path, headers, body), REQUEST_TIMEOUT_S)
     if status != 200 or b'"result"' not in payload:
-        raise ProtocolFailure(f"echo: HTTP {status}: {payload[:200]!r}")
+        raise ProtocolFailure(f"HTTP {status}", f"echo: {payload[:200]!r}")
     now = time.perf_counter()
     vu.tally.op(now, (now - started) * 1000.0, 1)
 
@@ -321,7 +207,7 @@ async def _tasks_get(vu: Vu) -> None:
     started = time.perf_counter()
     task = await vu.call("tasks/get", task_id, {"taskId": task_id})
     if "status" not in task:
-        raise ProtocolFailure(f"tasks/get without a status: {str(task)[:200]}")
+        raise ProtocolFailure("protocol", f"tasks/get without a status: {str(task)[:200]}")
     now = time.perf_counter()
     vu.tally.op(now, (now - started) * 1000.0, 1)
 
@@ -332,14 +218,14 @@ async def _lifecycle(vu: Vu, *, ask: bool) -> None:
     create_ms = (time.perf_counter() - started) * 1000.0
     task_id = created.get("taskId")
     if created.get("resultType") != "task" or not isinstance(task_id, str):
-        raise ProtocolFailure(f"expected a CreateTaskResult, got {str(created)[:200]}")
+        raise ProtocolFailure("protocol", f"expected a CreateTaskResult, got {str(created)[:200]}")
     requests = 1
     if ask:
         waiting, polls = await vu.poll_until(task_id, frozenset({"input_required"}))
         requests += polls
         keys = list(waiting.get("inputRequests") or {})
         if not keys:
-            raise ProtocolFailure("input_required without inputRequests")
+            raise ProtocolFailure("protocol", "input_required without inputRequests")
         await vu.call(
             "tasks/update", task_id, {"taskId": task_id, "inputResponses": dict.fromkeys(keys, ACCEPT_ANSWER)}
         )
@@ -347,7 +233,7 @@ async def _lifecycle(vu: Vu, *, ask: bool) -> None:
     task, polls = await vu.poll_until(task_id, TERMINAL)
     now = time.perf_counter()
     if task.get("status") != "completed":
-        raise ProtocolFailure(f"task ended {task.get('status')}")
+        raise ProtocolFailure("protocol", f"task ended {task.get('status')}")
     server_ms = _iso_ms(task["lastUpdatedAt"]) - _iso_ms(task["createdAt"])
     vu.tally.op(now, (now - started) * 1000.0, requests + polls, server_ms, create_ms)
 

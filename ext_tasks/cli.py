@@ -6,6 +6,7 @@
     ext-tasks worker --valkey-url URL [--tools MODULE]
     ext-tasks keygen
     ext-tasks call TOOL [key=value | key:=json ...] [--url URL]   (and ``task get|wait|cancel``, ``tools``)
+    ext-tasks bench --url URL WORKLOAD --tool NAME [--concurrency 1,16 | --rate 500] [--json FILE]
 
 Every server flag has an ``EXT_TASKS_*`` variable; a flag wins over its variable. The client commands
 (``ext_tasks.client.commands``) take only flags.
@@ -27,6 +28,7 @@ from hypercorn.config import Config as HypercornConfig
 from .client import commands as client_commands
 from .config import ConfigError, Settings, settings_from_env
 from .lifecycle import JsonFormatter
+from .loadgen import command as bench_command
 from .protocol.resume import generate_key
 
 if TYPE_CHECKING:
@@ -68,6 +70,7 @@ def _parser() -> argparse.ArgumentParser:
     proxy.add_argument("--log-level", help="debug, info, warning or error (EXT_TASKS_LOG_LEVEL, default info)")
     commands.add_parser("keygen", help="print a new requestState key for EXT_TASKS_STATE_KEYS")
     client_commands.add_commands(commands)
+    bench_command.add_command(commands)
     return parser
 
 
@@ -78,6 +81,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command in ("call", "task", "tools"):
         return client_commands.run(args)
+    if args.command == "bench":
+        return bench_command.run(args)
     try:
         overrides: dict[str, Any] = {"valkey_url": args.valkey_url, "log_level": args.log_level}
         if args.command != "proxy":

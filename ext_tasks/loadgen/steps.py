@@ -1,0 +1,167 @@
+"""Running a benchmark's steps: the setup a workload needs, then each step in ``processes`` loader
+processes at once, their progress read live and their histograms merged exactly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+from ..client import Client, ClientError
+from ..protocol.outbound import header_params_of
+from .record import Merged
+
+#: How long before a step's start its loaders are spawned (interpreter start and imports).
+_SPAWN_LEAD_S: Final = 1.5
+_POPULATE_AT_ONCE: Final = 16
+
+
+class BenchError(Exception):
+    """The benchmark cannot run as asked (a bad URL, a tool that is not there or does not fit)."""
+
+
+@dataclass
+class Plan:
+    url: str
+    workload: str
+    tool: str | None = None
+    arguments: dict[str, Any] = field(default_factory=dict)
+    token: str | None = None
+    concurrency: tuple[int, ...] = (16,)
+    rates: tuple[float, ...] = ()
+    duration_s: float = 10.0
+    warmup_s: float = 2.0
+    processes: int = 1
+    population: int = 100
+    poll_ms: float | None = None
+
+    @property
+    def open_loop(self) -> bool:
+        return bool(self.rates)
+
+    def levels(self) -> list[float]:
+        return list(self.rates) if self.open_loop else [float(c) for c in self.concurrency]
+
+
+Progress = Callable[[str, float, int, int], None]
+
+
+@dataclass
+class StepResult:
+    label: str
+    level: float
+    merged: Merged
+    loader_cpu_s: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"step": self.label, "level": self.level, "loader_cpu_s": self.loader_cpu_s, **self.merged.summary()}
+
+
+async def prepare(plan: Plan) -> dict[str, Any]:
+    """What every loader needs to know before the run: where to send, the tool's headers, and for
+    ``tasks-get`` the ids of the tasks to poll (created here with ``--tool``)."""
+    parts = urlsplit(plan.url)
+    if parts.scheme != "http" or not parts.hostname:
+        raise BenchError(f"--url must be an http:// URL (TLS is not supported by the loader): {plan.url!r}")
+    base: dict[str, Any] = {
+        "workload": plan.workload,
+        "host": parts.hostname,
+        "port": parts.port or 80,
+        "path": parts.path or "/",
+        "token": plan.token,
+        "tool": plan.tool,
+        "arguments": plan.arguments,
+        "poll_ms": plan.poll_ms,
+    }
+    if plan.workload == "echo":
+        return base
+    async with Client(plan.url, token=plan.token) as client:
+        try:
+            tools = await client.list_tools()
+        except ClientError as exc:
+            raise BenchError(f"tools/list failed: {exc}") from None
+        names = {str(tool.get("name")) for tool in tools}
+        if plan.tool not in names:
+            raise BenchError(f"the server has no tool {plan.tool!r} (it has: {', '.join(sorted(names))})")
+        base["header_params"] = {str(tool["name"]): header_params_of(tool) for tool in tools}
+        if plan.workload == "tasks-get":
+            base["task_ids"] = await _population(client, plan)
+    return base
+
+
+async def _population(client: Client, plan: Plan) -> list[str]:
+    assert plan.tool is not None
+    ids: list[str] = []
+    while len(ids) < plan.population:
+        size = min(_POPULATE_AT_ONCE, plan.population - len(ids))
+        try:
+            handles = await asyncio.gather(*(client.start_tool(plan.tool, plan.arguments) for _ in range(size)))
+        except ClientError as exc:
+            raise BenchError(f"creating the tasks to poll failed: {exc}") from None
+        for handle in handles:
+            if handle.task_id is None:
+                raise BenchError(f"{plan.tool} answered inline: tasks-get needs a tool that runs as a task")
+            ids.append(handle.task_id)
+    return ids
+
+
+async def run_step(plan: Plan, base: dict[str, Any], level: float, progress: Progress | None) -> StepResult:
+    label = f"rate {level:g}/s" if plan.open_loop else f"c={int(level)}"
+    processes = max(1, min(plan.processes, int(level)) if not plan.open_loop else plan.processes)
+    start_at = time.time() + _SPAWN_LEAD_S
+    specs = []
+    for index in range(processes):
+        spec = {**base, "warmup_s": plan.warmup_s, "duration_s": plan.duration_s, "start_at": start_at}
+        if plan.open_loop:
+            # Each loader sends every processes-th operation of one schedule: offsets interleave them.
+            spec |= {"rate": level / processes, "offset_s": index / level}
+        else:
+            spec["concurrency"] = int(level) // processes + (1 if index < int(level) % processes else 0)
+        specs.append(spec)
+    counts = [0] * processes
+    errors = [0] * processes
+    total_s = _SPAWN_LEAD_S + plan.warmup_s + plan.duration_s
+
+    def seen(index: int, line: dict[str, Any]) -> None:
+        counts[index], errors[index] = int(line["progress"]), int(line["errors"])
+        if progress is not None:
+            progress(label, min(1.0, (time.time() - start_at + _SPAWN_LEAD_S) / total_s), sum(counts), sum(errors))
+
+    results = await asyncio.gather(*(_loader(spec, index, seen) for index, spec in enumerate(specs)))
+    merged = Merged(plan.duration_s)
+    for part in results:
+        merged.add(part)
+    return StepResult(label, level, merged, sum(float(part["loader_cpu_s"]) for part in results))
+
+
+async def _loader(spec: dict[str, Any], index: int, seen: Callable[[int, dict[str, Any]], None]) -> dict[str, Any]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "ext_tasks.loadgen.driver",
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert process.stdin is not None and process.stdout is not None and process.stderr is not None
+    process.stdin.write(json.dumps(spec).encode())
+    process.stdin.close()
+    result: dict[str, Any] | None = None
+    try:
+        async for raw in process.stdout:
+            line = json.loads(raw)
+            if "progress" in line:
+                seen(index, line)
+            elif "result" in line:
+                result = line["result"]
+        problems = (await process.stderr.read()).decode(errors="replace")
+        await process.wait()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    if result is None:
+        raise BenchError(f"a loader process exited {process.returncode} without a result:\n{problems[-2000:]}")
+    return result
