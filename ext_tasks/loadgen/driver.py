@@ -7,11 +7,12 @@
   server that stalls shows it in the percentiles instead of slowing the loader down with it (the
   coordinated-omission correction of wrk2).
 
-It reads one JSON spec on stdin, prints a progress line (``{"progress": ops, "errors": n}``) every
-half second, and ends with ``{"result": ...}``: the counts and the encoded histogram of the window.
-Every loader of a step waits for the same wall-clock ``start_at``, so their windows coincide.
+It reads one JSON spec line on stdin and answers ``{"ready": true}``; then it reads ``{"start_at": T}``
+(the same wall-clock start for every loader of a step, so their windows coincide), prints a progress
+line (``{"progress": ops, "errors": n}``) every half second, and ends with ``{"result": ...}``: the
+counts and the encoded histogram of the window.
 
-    python -m ext_tasks.loadgen.driver < spec.json
+    python -m ext_tasks.loadgen.driver      # spec line, then start line, on stdin
 """
 
 from __future__ import annotations
@@ -139,7 +140,11 @@ class Step:
 
 
 def main() -> int:
-    spec = json.loads(sys.stdin.read())
+    spec = json.loads(sys.stdin.readline())
+    # Ready (interpreter up, modules imported): the parent sends the common start once every loader is.
+    sys.stdout.write(json.dumps({"ready": True}) + "\n")
+    sys.stdout.flush()
+    spec["start_at"] = json.loads(sys.stdin.readline())["start_at"]
     try:
         import uvloop
     except ImportError:

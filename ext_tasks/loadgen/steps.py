@@ -5,6 +5,7 @@ processes at once, their progress read live and their histograms merged exactly.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
 import time
@@ -17,8 +18,10 @@ from ..client import Client, ClientError
 from ..protocol.outbound import header_params_of
 from .record import Merged
 
-#: How long before a step's start its loaders are spawned (interpreter start and imports).
-_SPAWN_LEAD_S: Final = 1.5
+#: Between the last loader reporting ready and the common start: time to hand each its start line.
+_START_LEAD_S: Final = 0.2
+#: How long a loader process may take to start (interpreter, imports).
+_READY_TIMEOUT_S: Final = 60.0
 _POPULATE_AT_ONCE: Final = 16
 
 
@@ -114,54 +117,91 @@ async def _population(client: Client, plan: Plan) -> list[str]:
 async def run_step(plan: Plan, base: dict[str, Any], level: float, progress: Progress | None) -> StepResult:
     label = f"rate {level:g}/s" if plan.open_loop else f"c={int(level)}"
     processes = max(1, min(plan.processes, int(level)) if not plan.open_loop else plan.processes)
-    start_at = time.time() + _SPAWN_LEAD_S
     specs = []
     for index in range(processes):
-        spec = {**base, "warmup_s": plan.warmup_s, "duration_s": plan.duration_s, "start_at": start_at}
+        spec = {**base, "warmup_s": plan.warmup_s, "duration_s": plan.duration_s}
         if plan.open_loop:
             # Each loader sends every processes-th operation of one schedule: offsets interleave them.
             spec |= {"rate": level / processes, "offset_s": index / level}
         else:
             spec["concurrency"] = int(level) // processes + (1 if index < int(level) % processes else 0)
         specs.append(spec)
-    counts = [0] * processes
-    errors = [0] * processes
-    total_s = _SPAWN_LEAD_S + plan.warmup_s + plan.duration_s
+    loaders = [await _Loader.start(spec) for spec in specs]
+    try:
+        await asyncio.gather(*(loader.ready() for loader in loaders))
+        start_at = time.time() + _START_LEAD_S
+        for loader in loaders:
+            loader.go(start_at)
+        total_s = _START_LEAD_S + plan.warmup_s + plan.duration_s
 
-    def seen(index: int, line: dict[str, Any]) -> None:
-        counts[index], errors[index] = int(line["progress"]), int(line["errors"])
-        if progress is not None:
-            progress(label, min(1.0, (time.time() - start_at + _SPAWN_LEAD_S) / total_s), sum(counts), sum(errors))
+        def seen() -> None:
+            if progress is not None:
+                done = min(1.0, max(0.0, time.time() - start_at + _START_LEAD_S) / total_s)
+                progress(label, done, sum(loader.ops for loader in loaders), sum(loader.errors for loader in loaders))
 
-    results = await asyncio.gather(*(_loader(spec, index, seen) for index, spec in enumerate(specs)))
+        results = await asyncio.gather(*(loader.result(seen) for loader in loaders))
+    finally:
+        for loader in loaders:
+            await loader.stop()
     merged = Merged(plan.duration_s)
     for part in results:
         merged.add(part)
     return StepResult(label, level, merged, sum(float(part["loader_cpu_s"]) for part in results))
 
 
-async def _loader(spec: dict[str, Any], index: int, seen: Callable[[int, dict[str, Any]], None]) -> dict[str, Any]:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "ext_tasks.loadgen.driver",
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    assert process.stdin is not None and process.stdout is not None and process.stderr is not None
-    process.stdin.write(json.dumps(spec).encode())
-    process.stdin.close()
-    result: dict[str, Any] | None = None
-    try:
-        async for raw in process.stdout:
-            line = json.loads(raw)
+class _Loader:
+    """One loader process of a step (``python -m ext_tasks.loadgen.driver``), spoken to in JSON lines."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self._process = process
+        self.ops = 0
+        self.errors = 0
+
+    @classmethod
+    async def start(cls, spec: dict[str, Any]) -> _Loader:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "ext_tasks.loadgen.driver",
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        loader = cls(process)
+        loader._send(spec)
+        return loader
+
+    def _send(self, line: dict[str, Any]) -> None:
+        assert self._process.stdin is not None
+        self._process.stdin.write(json.dumps(line).encode() + b"\n")
+
+    async def _line(self) -> dict[str, Any] | None:
+        assert self._process.stdout is not None
+        raw = await self._process.stdout.readline()
+        if not raw:
+            return None
+        line: dict[str, Any] = json.loads(raw)
+        return line
+
+    async def ready(self) -> None:
+        if await asyncio.wait_for(self._line(), _READY_TIMEOUT_S) is None:
+            raise BenchError(f"a loader process did not start:\n{await self._problems()}")
+
+    def go(self, start_at: float) -> None:
+        self._send({"start_at": start_at})
+
+    async def result(self, seen: Callable[[], None]) -> dict[str, Any]:
+        while (line := await self._line()) is not None:
             if "progress" in line:
-                seen(index, line)
+                self.ops, self.errors = int(line["progress"]), int(line["errors"])
+                seen()
             elif "result" in line:
-                result = line["result"]
-        problems = (await process.stderr.read()).decode(errors="replace")
-        await process.wait()
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-    if result is None:
-        raise BenchError(f"a loader process exited {process.returncode} without a result:\n{problems[-2000:]}")
-    return result
+                result: dict[str, Any] = line["result"]
+                return result
+        raise BenchError(f"a loader process exited without a result:\n{await self._problems()}")
+
+    async def _problems(self) -> str:
+        assert self._process.stderr is not None
+        return (await self._process.stderr.read()).decode(errors="replace")[-2000:]
+
+    async def stop(self) -> None:
+        if self._process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self._process.kill()
+        await self._process.wait()

@@ -1,6 +1,7 @@
 """An HTTP/1.1 relay on loopback that loses answers on purpose: a chosen request reaches the upstream and
 is served there, but its answer never reaches the client (the connection closes instead), which is
-what a client sees when a balancer or a network drops a response.
+what a client sees when a balancer or a network drops a response. It can also answer chosen requests
+503 itself, as a balancer without an instance for them would.
 
 ::
 
@@ -21,6 +22,19 @@ from urllib.parse import urlsplit
 
 #: The longest request head relayed (tests send small ones).
 _MAX_HEAD = 64 * 1024
+_UNAVAILABLE = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+
+
+def every(nth: int) -> Callable[[bytes], bool]:
+    """A rule: every ``nth`` request."""
+    seen = 0
+
+    def rule(body: bytes) -> bool:
+        nonlocal seen
+        seen += 1
+        return seen % nth == 0
+
+    return rule
 
 
 def first_with(marker: bytes, count: int = 1) -> Callable[[bytes], bool]:
@@ -38,11 +52,16 @@ def first_with(marker: bytes, count: int = 1) -> Callable[[bytes], bool]:
 
 
 class LossyProxy:
-    def __init__(self, upstream: str, *, drop: Callable[[bytes], bool]) -> None:
+    def __init__(
+        self, upstream: str, *, drop: Callable[[bytes], bool], refuse: Callable[[bytes], bool] | None = None
+    ) -> None:
         parts = urlsplit(upstream)
         assert parts.hostname is not None and parts.port is not None, upstream
         self._host, self._port, self._path = parts.hostname, parts.port, parts.path
         self._drop = drop
+        #: Requests answered 503 here, never sent upstream (a balancer with no instance to give it to).
+        self._refuse = refuse
+        self.refused = 0
         self.dropped = 0
         self.relayed = 0
         #: Every request body received, in order.
@@ -85,6 +104,11 @@ class LossyProxy:
             )
             body = await client_in.readexactly(length)
             self.bodies.append(body)
+            if self._refuse is not None and self._refuse(body):
+                self.refused += 1
+                client_out.write(_UNAVAILABLE)
+                await client_out.drain()
+                return
             kept = [line for line in lines[1:] if line and not line.lower().startswith("connection:")]
             request = "\r\n".join([lines[0], *kept, "Connection: close", "", ""]).encode("latin-1") + body
             upstream_in, upstream_out = await asyncio.open_connection(self._host, self._port)
