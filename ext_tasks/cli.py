@@ -25,10 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 from hypercorn.config import Config as HypercornConfig
 
-from .client import commands as client_commands
 from .config import ConfigError, Settings, settings_from_env
 from .lifecycle import JsonFormatter
-from .loadgen import command as bench_command
 from .protocol.resume import generate_key
 
 if TYPE_CHECKING:
@@ -69,6 +67,10 @@ def _parser() -> argparse.ArgumentParser:
     proxy.add_argument("--valkey-url", help="keep legacy sessions in Valkey, for several proxy instances")
     proxy.add_argument("--log-level", help="debug, info, warning or error (EXT_TASKS_LOG_LEVEL, default info)")
     commands.add_parser("keygen", help="print a new requestState key for EXT_TASKS_STATE_KEYS")
+    # The client's commands, imported here: a server process (app_from_env) never loads them.
+    from .client import commands as client_commands
+    from .loadgen import command as bench_command
+
     client_commands.add_commands(commands)
     bench_command.add_command(commands)
     return parser
@@ -80,8 +82,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(generate_key())  # noqa: T201 - the command's output
         return 0
     if args.command in ("call", "task", "tools"):
+        from .client import commands as client_commands
+
         return client_commands.run(args)
     if args.command == "bench":
+        from .loadgen import command as bench_command
+
         return bench_command.run(args)
     try:
         overrides: dict[str, Any] = {"valkey_url": args.valkey_url, "log_level": args.log_level}
