@@ -138,14 +138,20 @@ async def _follow(
     loop = asyncio.get_running_loop()
     handle: TaskHandle | None = None
     pending_cancel: asyncio.TimerHandle | None = None
+    cancel_sent = False
     jobs: set[asyncio.Future[None]] = set()
 
     def send_cancel() -> None:
+        nonlocal cancel_sent
         assert handle is not None
+        cancel_sent = True
         console.say(f"cancelling task {handle.task_id}")
         job = asyncio.ensure_future(handle.cancel())
         jobs.add(job)
         job.add_done_callback(jobs.discard)
+        # A question on the screen cannot be taken back (input() blocks its thread): once the server
+        # has the cancellation, stop waiting for the answer instead.
+        job.add_done_callback(lambda _: waiting.cancel() if console.prompting else None)
 
     def interrupted() -> None:
         nonlocal pending_cancel
@@ -164,9 +170,13 @@ async def _follow(
             console.started(handle.task_id)
         result = await _wait_showing(console, handle)
     except asyncio.CancelledError:
-        if handle is not None and handle.task_id is not None:
-            console.say(f"left task {handle.task_id} running; follow it with: ext-tasks task wait {handle.task_id}")
-            print(handle.task_id, file=out)  # what a script needs to pick it up again
+        if handle is None or handle.task_id is None:
+            return EXIT_LEFT_RUNNING
+        if cancel_sent:
+            console.say(f"task {handle.task_id} was cancelled (the question left unanswered)")
+            return EXIT_TOOL_ERROR
+        console.say(f"left task {handle.task_id} running; follow it with: ext-tasks task wait {handle.task_id}")
+        print(handle.task_id, file=out)  # what a script needs to pick it up again
         return EXIT_LEFT_RUNNING
     finally:
         loop.remove_signal_handler(signal.SIGINT)

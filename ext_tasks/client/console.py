@@ -28,6 +28,8 @@ class Console:
         self.ask = ask
         self._rich = RichConsole(file=stream, force_terminal=interactive, highlight=False, soft_wrap=True)
         self._status: Status | None = None
+        #: A question is on the screen, waiting for the person.
+        self.prompting = False
         self._started = time.monotonic()
         self._last_line = ""
 
@@ -68,9 +70,11 @@ class Console:
         """Ask the person an elicitation's questions, one per property of its ``requestedSchema``."""
         paused = self._status is not None
         self.done()
+        self.prompting = True
         try:
             return await _in_thread(lambda: self._ask_form(params))
         finally:
+            self.prompting = False
             if paused:
                 self.status({"status": "working"})
 

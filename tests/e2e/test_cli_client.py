@@ -87,6 +87,19 @@ def test_declining_in_the_terminal_changes_nothing(demo: ServerProcess) -> None:
     assert child.exitstatus == 0
 
 
+def test_ctrl_c_at_a_question_cancels_the_task(demo: ServerProcess) -> None:
+    child = _terminal("call", "deploy", "service=audit", "ref=v3", "environment=production", "--url", demo.url)
+    child.expect(_TASK_STARTED)
+    task_id = child.match.group(1)
+    child.expect(r"\[y/n\]")
+    child.sendintr()
+    child.expect(rf"task {re.escape(task_id)} was cancelled")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 1
+    assert _state(demo, task_id)["status"] == "cancelled"
+
+
 def test_ctrl_c_once_cancels_the_task_on_the_server(fixtures: ServerProcess) -> None:
     child = _terminal("call", "slow_compute", "seconds:=60", "--url", fixtures.url)
     child.expect(_TASK_STARTED)
