@@ -40,7 +40,7 @@ def add_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     loops = bench.add_mutually_exclusive_group()
     loops.add_argument("--concurrency", default="16", help="closed loop: virtual users per step, e.g. 1,16,64")
     loops.add_argument("--rate", help="open loop: operations per second per step, e.g. 200,500")
-    bench.add_argument("--duration", type=float, default=10.0, help="timed seconds per step (default 10)")
+    bench.add_argument("--duration", type=float, help="timed seconds per step (default 10; --self-check: 3)")
     bench.add_argument("--warmup", type=float, default=2.0, help="untimed seconds before each step (default 2)")
     bench.add_argument("--processes", type=int, default=1, help="loader processes (default 1)")
     bench.add_argument("--population", type=int, default=100, help="tasks-get: tasks created and polled")
@@ -68,11 +68,12 @@ def plan_from(args: argparse.Namespace) -> Plan:
         raise BenchError("--concurrency and --rate take comma-separated numbers") from None
     if any(c < 1 for c in concurrency) or any(r <= 0 for r in rates):
         raise BenchError("concurrency and rates must be positive")
-    if args.duration <= 0 or args.warmup < 0 or args.processes < 1 or args.population < 1:
+    duration = 10.0 if args.duration is None else args.duration
+    if duration <= 0 or args.warmup < 0 or args.processes < 1 or args.population < 1:
         raise BenchError("--duration, --processes and --population must be positive, --warmup at least 0")
     return Plan(
         url=args.url, workload=args.workload, tool=args.tool, arguments=arguments, token=args.token,
-        concurrency=concurrency, rates=rates, duration_s=args.duration, warmup_s=args.warmup,
+        concurrency=concurrency, rates=rates, duration_s=duration, warmup_s=args.warmup,
         processes=args.processes, population=args.population, poll_ms=args.poll_ms,
     )  # fmt: skip
 
@@ -82,7 +83,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     console = Console(file=sys.stderr, highlight=False)
     try:
         if args.self_check:
-            print(asyncio.run(self_check(args.duration if args.duration != 10.0 else 3.0)), file=out)
+            print(asyncio.run(self_check(3.0 if args.duration is None else args.duration)), file=out)
             return 0
         plan = plan_from(args)
         results = asyncio.run(_measure(plan, console))
