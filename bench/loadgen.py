@@ -137,12 +137,11 @@ class Vu:
         self.poll_s = float(spec.get("poll_ms", 2.0)) / 1000.0
         self.state: Any = None
 
-    async def call(self, method: str, name: str, params: dict[str, Any]) -> dict[str, Any]:
-        """``name``: what ``Mcp-Name`` carries (the shared builder takes it from ``params`` itself)."""
+    async def call(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         return await asyncio.wait_for(self.mcp.call(self.conn, method, params), REQUEST_TIMEOUT_S)
 
     async def tool_call(self, tool: str, arguments: dict[str, Any], **extra: Any) -> dict[str, Any]:
-        return await self.call("tools/call", tool, {"name": tool, "arguments": arguments, **extra})
+        return await self.call("tools/call", {"name": tool, "arguments": arguments, **extra})
 
     async def first_round(self) -> str:
         result = await self.tool_call(self.tool, {"item": f"vu{self.index}"})
@@ -161,7 +160,7 @@ class Vu:
     async def poll_until(self, task_id: str, wanted: frozenset[str]) -> tuple[dict[str, Any], int]:
         polls = 0
         while True:
-            task = await self.call("tasks/get", task_id, {"taskId": task_id})
+            task = await self.call("tasks/get", {"taskId": task_id})
             polls += 1
             if task.get("status") in wanted:
                 return task, polls
@@ -205,7 +204,7 @@ async def _tasks_get(vu: Vu) -> None:
     task_id = ids[vu.state % len(ids)]
     vu.state += 1
     started = time.perf_counter()
-    task = await vu.call("tasks/get", task_id, {"taskId": task_id})
+    task = await vu.call("tasks/get", {"taskId": task_id})
     if "status" not in task:
         raise ProtocolFailure("protocol", f"tasks/get without a status: {str(task)[:200]}")
     now = time.perf_counter()
@@ -226,9 +225,7 @@ async def _lifecycle(vu: Vu, *, ask: bool) -> None:
         keys = list(waiting.get("inputRequests") or {})
         if not keys:
             raise ProtocolFailure("protocol", "input_required without inputRequests")
-        await vu.call(
-            "tasks/update", task_id, {"taskId": task_id, "inputResponses": dict.fromkeys(keys, ACCEPT_ANSWER)}
-        )
+        await vu.call("tasks/update", {"taskId": task_id, "inputResponses": dict.fromkeys(keys, ACCEPT_ANSWER)})
         requests += 1
     task, polls = await vu.poll_until(task_id, TERMINAL)
     now = time.perf_counter()

@@ -128,66 +128,94 @@ async def _started(handle: TaskHandle) -> TaskHandle:
 async def _follow(
     console: Console, out: TextIO, args: argparse.Namespace, start: Callable[[], Awaitable[TaskHandle]]
 ) -> int:
-    """Start (or pick up) the call, show its task while it runs, print the result.
-
-    Ctrl-C once cancels the task on the server (after :data:`CANCEL_GRACE_S`, the time a second Ctrl-C
-    has to change that); twice stops waiting and leaves the task running, printing its id on stdout.
-    Before a task exists, Ctrl-C just stops."""
+    """Start (or pick up) the call, show its task while it runs, print the result (Ctrl-C: see
+    :class:`_Interrupts`)."""
     waiting = asyncio.current_task()
     assert waiting is not None
     loop = asyncio.get_running_loop()
-    handle: TaskHandle | None = None
-    pending_cancel: asyncio.TimerHandle | None = None
-    cancel_sent = False
-    jobs: set[asyncio.Future[None]] = set()
-
-    def send_cancel() -> None:
-        nonlocal cancel_sent
-        assert handle is not None
-        cancel_sent = True
-        console.say(f"cancelling task {handle.task_id}")
-        job = asyncio.ensure_future(handle.cancel())
-        jobs.add(job)
-        job.add_done_callback(jobs.discard)
-        # A question on the screen cannot be taken back (input() blocks its thread): once the server
-        # has the cancellation, stop waiting for the answer instead.
-        job.add_done_callback(lambda _: waiting.cancel() if console.prompting else None)
-
-    def interrupted() -> None:
-        nonlocal pending_cancel
-        if handle is None or handle.task_id is None or pending_cancel is not None:
-            if pending_cancel is not None:
-                pending_cancel.cancel()  # not sent yet, if within the grace: the task keeps running
-            waiting.cancel()
-            return
-        console.say(f"cancelling task {handle.task_id} (Ctrl-C again to leave it running)")
-        pending_cancel = loop.call_later(CANCEL_GRACE_S, send_cancel)
-
-    loop.add_signal_handler(signal.SIGINT, interrupted)
+    interrupts = _Interrupts(console, waiting)
+    loop.add_signal_handler(signal.SIGINT, interrupts.pressed)
     try:
-        handle = await start()
-        if handle.task_id is not None:
-            console.started(handle.task_id)
-        result = await _wait_showing(console, handle)
+        interrupts.handle = await start()
+        if interrupts.handle.task_id is not None:
+            console.started(interrupts.handle.task_id)
+        result = await _wait_showing(console, interrupts.handle)
     except asyncio.CancelledError:
-        if handle is None or handle.task_id is None:
-            return EXIT_LEFT_RUNNING
-        if cancel_sent:
-            console.say(f"task {handle.task_id} was cancelled (the question left unanswered)")
-            return EXIT_TOOL_ERROR
-        console.say(f"left task {handle.task_id} running; follow it with: ext-tasks task wait {handle.task_id}")
-        print(handle.task_id, file=out)  # what a script needs to pick it up again
-        return EXIT_LEFT_RUNNING
+        return interrupts.stopped(out)
     finally:
         loop.remove_signal_handler(signal.SIGINT)
         console.done()
-        if jobs:
-            await asyncio.wait(jobs, timeout=5)
+        await interrupts.settle()
     if args.json:
         _print_json(result, out)
     else:
         console.print_result(result, out)
     return EXIT_TOOL_ERROR if result.get("isError") is True else EXIT_OK
+
+
+class _Interrupts:
+    """Ctrl-C while a call runs. Once: the task is cancelled on the server, after :data:`CANCEL_GRACE_S`
+    (the time a second Ctrl-C has to change that). Twice: waiting stops and the task is left running,
+    its id printed on stdout. Before a task exists, Ctrl-C just stops."""
+
+    def __init__(self, console: Console, waiting: asyncio.Task[Any]) -> None:
+        self._console = console
+        self._waiting = waiting
+        self.handle: TaskHandle | None = None
+        self._pending: asyncio.TimerHandle | None = None
+        self._sent = False
+        self._accepted = False
+        self._jobs: set[asyncio.Future[None]] = set()
+
+    def pressed(self) -> None:
+        task_id = self.handle.task_id if self.handle is not None else None
+        if task_id is None or self._pending is not None:
+            if self._pending is not None:
+                self._pending.cancel()  # not sent yet, if within the grace: the task keeps running
+            self._waiting.cancel()
+            return
+        self._console.say(f"cancelling task {task_id} (Ctrl-C again to leave it running)")
+        self._pending = asyncio.get_running_loop().call_later(CANCEL_GRACE_S, self._send)
+
+    def _send(self) -> None:
+        assert self.handle is not None
+        self._sent = True
+        self._console.say(f"cancelling task {self.handle.task_id}")
+        job = asyncio.ensure_future(self.handle.cancel())
+        self._jobs.add(job)
+        job.add_done_callback(self._jobs.discard)
+        job.add_done_callback(self._answered)
+
+    def _answered(self, job: asyncio.Future[None]) -> None:
+        failed = None if job.cancelled() else job.exception()
+        if failed is not None:  # the task goes on: say so (a next Ctrl-C stops waiting and leaves it running)
+            self._sent = False
+            self._console.say(f"the cancellation was not accepted: {failed}")
+            return
+        self._accepted = True
+        if self._console.prompting:
+            # A question on the screen cannot be taken back (input() blocks its thread): the server has
+            # the cancellation, so stop waiting for the answer instead.
+            self._waiting.cancel()
+
+    def stopped(self, out: TextIO) -> int:
+        """The exit status once waiting was stopped, and what the person is told."""
+        task_id = self.handle.task_id if self.handle is not None else None
+        if task_id is None:
+            return EXIT_LEFT_RUNNING
+        if self._accepted:
+            self._console.say(f"task {task_id} was cancelled (not waiting for it to settle)")
+            return EXIT_TOOL_ERROR
+        if self._sent:
+            self._console.say(f"stopped waiting; the cancellation of task {task_id} was sent")
+            return EXIT_TOOL_ERROR
+        self._console.say(f"left task {task_id} running; follow it with: ext-tasks task wait {task_id}")
+        print(task_id, file=out)  # what a script needs to pick it up again
+        return EXIT_LEFT_RUNNING
+
+    async def settle(self) -> None:
+        if self._jobs:
+            await asyncio.wait(self._jobs, timeout=5)
 
 
 async def _wait_showing(console: Console, handle: TaskHandle) -> dict[str, Any]:
