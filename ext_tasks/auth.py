@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+import msgspec
+
 from .protocol.errors import INVALID_REQUEST, ProtocolError
 
 
@@ -24,8 +26,7 @@ class Principal:
 ANONYMOUS = Principal(id="anonymous", anonymous=True)
 
 
-@dataclass(frozen=True, slots=True)
-class Caller:
+class Caller(msgspec.Struct, frozen=True):
     """Who sent a request: its principal here, and its credentials, which a proxy forwards upstream."""
 
     principal: Principal

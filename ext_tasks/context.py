@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from pydantic import BaseModel, ValidationError
 
@@ -113,14 +113,18 @@ def _fits_requested_schema(result: ElicitResult, schema: object) -> bool:
 
 
 def _matches_type(kind: object, value: object) -> bool:
-    checks: dict[object, Callable[[object], bool]] = {
-        "string": lambda v: isinstance(v, str),
-        "boolean": lambda v: isinstance(v, bool),
-        "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
-        "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
-    }
-    check = checks.get(kind)
+    check = _TYPE_CHECKS.get(kind)
     return check is None or check(value)
+
+
+#: The JSON Schema primitive types an accepted elicitation's fields are checked against (a bool is
+#: not a JSON number, although Python's ``bool`` is an ``int``).
+_TYPE_CHECKS: Final[dict[object, Callable[[object], bool]]] = {
+    "string": lambda v: isinstance(v, str),
+    "boolean": lambda v: isinstance(v, bool),
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+}
 
 
 class InputRequired(Exception):

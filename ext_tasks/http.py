@@ -1,5 +1,5 @@
-"""The Litestar app: ``/mcp``. Origin/Host checks, authentication, the body's size and time limits,
-the client's disconnection, and replies as HTTP.
+"""The Litestar app: ``/mcp``. Origin/Host checks, authentication, the body's size and time limits
+and the client's disconnection (with :mod:`.watch`), and replies as HTTP.
 
 This module never interprets MCP: it hands ``(body, headers, caller)`` to a
 :class:`~.replies.RequestHandler` (the engine, or the era router in front of the engine and the legacy
@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from typing import Any, Final, TypeVar, cast
+from typing import Any, Final, cast
 from urllib.parse import urlsplit
 
 from litestar import Litestar, Request, Response, asgi, get
@@ -24,16 +24,16 @@ from . import sse
 from .auth import Authenticator, Caller
 from .config import LOOPBACK_HOSTS, Settings
 from .metrics import scrape
-from .protocol.errors import BodyTooLarge, ForbiddenOrigin, InternalError, InvalidRequest, ProtocolError
+from .protocol.errors import ForbiddenOrigin, InternalError, InvalidRequest, ProtocolError
 from .protocol.jsonrpc import encode
 from .replies import JsonReply, Reply, RequestHandler, StreamItem, StreamReply
+from .watch import Clock, Disconnected, RequestWatch
 
 # Plain ASGI shapes: this endpoint reads and writes the messages itself.
 Scope = Mapping[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
-T = TypeVar("T")
 
 JSON: Final = "application/json"
 _READY_TIMEOUT_S: Final = 2.0
@@ -174,10 +174,6 @@ def _operations_routes(ready: Callable[[], Awaitable[None]] | None) -> list[HTTP
     return [healthz, readyz, metrics]
 
 
-class _Disconnected(Exception):
-    """The client went away before its request was complete."""
-
-
 class McpEndpoint:
     """``/mcp`` as ASGI: every method goes to the handler, after the checks every request passes."""
 
@@ -187,6 +183,7 @@ class McpEndpoint:
         self.limit = settings.max_body_bytes
         self.body_timeout_s = settings.body_timeout_s
         self.authenticator = authenticator
+        self.clock = Clock()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = _headers(scope)
@@ -194,6 +191,13 @@ class McpEndpoint:
         if method not in ("POST", "GET", "DELETE"):
             await _send_reply(send, None, JsonReply(405, None, {"Allow": "POST"}))
             return
+        watch = RequestWatch(self.clock, receive, self.body_timeout_s)
+        try:
+            await self._answer(method, headers, watch, send)
+        finally:
+            watch.stop()
+
+    async def _answer(self, method: str, headers: dict[str, list[str]], watch: RequestWatch, send: Send) -> None:
         body = b""
         try:
             self.policy.check(headers)
@@ -202,95 +206,28 @@ class McpEndpoint:
                 content_type = (headers.get("content-type") or [JSON])[0].split(";")[0].strip().lower()
                 if content_type != JSON:
                     raise InvalidRequest(f"Invalid Request: Content-Type must be {JSON}")
-                body = await _read_body(receive, headers, self.limit, self.body_timeout_s)
+                body = await watch.body(headers, self.limit)
         except ProtocolError as exc:
             await _send_reply(send, None, JsonReply.error(None, exc))
             return
-        except _Disconnected:
+        except Disconnected:
             return
         # From here on (for a POST, from the last byte of the body), the client going away ends whatever
         # its request holds (a tool run, a legacy tasks/result wait), even before the first byte of the
         # answer.
-        watch = _DisconnectWatch(receive)
         if method == "POST":
             answer = self.handler.post(body, headers, caller)
         elif method == "GET":
             answer = self.handler.get(headers, caller)
         else:
             answer = self.handler.delete(headers, caller)
-        try:
-            reply = await watch.run(answer)
-            if reply is not None:
-                await _send_reply(send, watch, reply)
-        finally:
-            watch.stop()
+        reply = await watch.run(answer)
+        if reply is not None:
+            await _send_reply(send, watch, reply)
 
     def _caller(self, headers: dict[str, list[str]]) -> Caller:
         authorization = headers.get("authorization")
         return Caller(self.authenticator.authenticate(headers), authorization[0] if authorization else None)
-
-
-class BodyTimeout(InvalidRequest):
-    """The request body did not arrive in time: the connection is closed (HTTP 408)."""
-
-    http_status = 408
-
-    def http_headers(self) -> dict[str, str]:
-        return {"Connection": "close"}
-
-
-class _DisconnectWatch:
-    """Notices the client going away while its request is answered, and then cancels the answer.
-
-    Reading ``receive`` for the disconnect takes a task of its own, which most requests do not need
-    (they are answered within a millisecond), so the watch starts only once an answer has taken
-    :data:`_WATCH_AFTER_S`, or when a stream begins; a disconnect meanwhile is queued and seen at once.
-    """
-
-    __slots__ = ("_cancelled", "_receive", "_task", "_timer", "gone")
-
-    def __init__(self, receive: Receive) -> None:
-        self._receive = receive
-        self._task: asyncio.Task[Any] | None = None
-        self._timer: asyncio.TimerHandle | None = None
-        self._cancelled = False
-        self.gone: asyncio.Future[None] | None = None
-
-    async def run(self, answer: Awaitable[T]) -> T | None:
-        """``answer``'s result, or ``None`` (``answer`` cancelled) if the client disconnects first."""
-        self._task = asyncio.current_task()
-        self._timer = asyncio.get_running_loop().call_later(_WATCH_AFTER_S, self.start)
-        try:
-            return await answer
-        except asyncio.CancelledError:
-            if self._cancelled and self._task is not None:
-                self._task.uncancel()  # our own cancel: the client left, nobody waits for the answer
-                return None
-            raise
-        finally:
-            self._timer.cancel()
-            self._task = None  # the answer is done: a disconnect from now on cancels nothing
-
-    def start(self) -> asyncio.Future[None]:
-        if self.gone is None:
-            self.gone = asyncio.ensure_future(_disconnect(self._receive))
-            self.gone.add_done_callback(self._left)
-        return self.gone
-
-    def _left(self, gone: asyncio.Future[None]) -> None:
-        if not gone.cancelled() and self._task is not None:
-            self._cancelled = True
-            self._task.cancel()
-
-    def stop(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        if self.gone is not None:
-            self.gone.cancel()
-
-
-#: How long an answer runs before its client's disconnection is watched (see ``_DisconnectWatch``).
-_WATCH_AFTER_S: Final = 0.05
 
 
 _JSON_TYPE: Final = (b"content-type", b"application/json")
@@ -299,31 +236,6 @@ _SSE_START: Final = [
     (b"cache-control", b"no-cache"),
     (b"x-accel-buffering", b"no"),
 ]
-
-
-async def _read_body(receive: Receive, headers: dict[str, list[str]], limit: int, timeout_s: float) -> bytes:
-    """The whole body, within ``limit`` bytes and ``timeout_s`` seconds (a client that stalls mid-body
-    does not keep its connection and coroutine for good)."""
-    declared = headers.get("content-length")
-    if declared and declared[0].strip().isdigit() and int(declared[0]) > limit:
-        raise BodyTooLarge(f"Request body too large: the limit is {limit} bytes")
-    chunks: list[bytes] = []
-    size = 0
-    try:
-        async with asyncio.timeout(timeout_s):
-            while True:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    raise _Disconnected
-                chunk = message.get("body", b"")
-                size += len(chunk)
-                if size > limit:
-                    raise BodyTooLarge(f"Request body too large: the limit is {limit} bytes")
-                chunks.append(chunk)
-                if not message.get("more_body", False):
-                    return b"".join(chunks)
-    except TimeoutError:
-        raise BodyTimeout(f"Request Timeout: the body did not arrive within {timeout_s:g}s") from None
 
 
 async def _send(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
@@ -336,7 +248,7 @@ def _encoded(headers: Mapping[str, str]) -> list[tuple[bytes, bytes]]:
     return [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()]
 
 
-async def _send_reply(send: Send, watch: _DisconnectWatch | None, reply: Reply) -> None:
+async def _send_reply(send: Send, watch: RequestWatch | None, reply: Reply) -> None:
     headers = _encoded(reply.headers) if reply.headers else []
     if isinstance(reply, StreamReply):
         assert watch is not None
@@ -374,8 +286,3 @@ async def _send_stream(
 
 
 _END: Final[Any] = object()
-
-
-async def _disconnect(receive: Receive) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass

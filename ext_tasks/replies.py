@@ -9,8 +9,9 @@ business; what it says is the surface's.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
+
+import msgspec
 
 from .auth import Caller
 from .protocol.errors import ProtocolError
@@ -22,11 +23,10 @@ StreamItem = Message | None
 Headers = Mapping[str, Sequence[str]]
 
 
-@dataclass(frozen=True, slots=True)
-class JsonReply:
+class JsonReply(msgspec.Struct, frozen=True):
     status: int
     message: Message | None  # None: no body (202 Accepted, 204, 405 ...)
-    headers: Mapping[str, str] = field(default_factory=dict)
+    headers: Mapping[str, str] = msgspec.field(default_factory=dict)
 
     @classmethod
     def error(cls, request_id: RequestId | None, error: ProtocolError, status: int | None = None) -> JsonReply:
@@ -35,10 +35,9 @@ class JsonReply:
         return cls(status or error.http_status, error_message(request_id, error), error.http_headers())
 
 
-@dataclass(frozen=True, slots=True)
-class StreamReply:
+class StreamReply(msgspec.Struct, frozen=True):
     items: AsyncIterator[StreamItem]
-    headers: Mapping[str, str] = field(default_factory=dict)
+    headers: Mapping[str, str] = msgspec.field(default_factory=dict)
 
 
 Reply = JsonReply | StreamReply

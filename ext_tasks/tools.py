@@ -82,7 +82,7 @@ class Tool:
         if self.raw_schema:
             # A hand-written schema is published as is; the function receives the arguments unvalidated,
             # minus names it does not take (unless it takes **kwargs).
-            known = self.signature.model.model_fields
+            known = self.signature.field_names
             kwargs = {
                 name: value for name, value in arguments.items() if self.signature.accepts_any_keyword or name in known
             }

@@ -15,9 +15,10 @@ import base64
 import binascii
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
 from decimal import Decimal, InvalidOperation
 from typing import Any, Final
+
+import msgspec
 
 from .errors import HeaderMismatch, InvalidParams, MissingMeta, UnsupportedProtocolVersion
 from .jsonrpc import Request
@@ -72,8 +73,7 @@ _B64_PREFIX: Final = "=?base64?"
 _B64_SUFFIX: Final = "?="
 
 
-@dataclass(frozen=True, slots=True)
-class Envelope:
+class Envelope(msgspec.Struct, frozen=True):
     """What a valid request says about its caller, per request (nothing is remembered between them)."""
 
     protocol_version: str
@@ -128,7 +128,7 @@ def check_envelope(
     key = _idempotency_key(request.params["_meta"].get(META_IDEMPOTENCY_KEY), headers)
     if key is None and not tolerated:
         return envelope
-    return replace(envelope, idempotency_key=key, tolerated_headers=tolerated)
+    return msgspec.structs.replace(envelope, idempotency_key=key, tolerated_headers=tolerated)
 
 
 def _idempotency_key(meta_value: object, headers: Headers) -> str | None:
@@ -141,9 +141,7 @@ def _idempotency_key(meta_value: object, headers: Headers) -> str | None:
     if header is not None and meta_value is not None and header != meta_value:
         raise InvalidParams(f"Invalid params: Idempotency-Key header and _meta[{META_IDEMPOTENCY_KEY!r}] differ")
     key = meta_value if meta_value is not None else header
-    if key is not None and not (
-        0 < len(key) <= MAX_IDEMPOTENCY_KEY_CHARS and all(0x20 <= ord(ch) <= 0x7E for ch in key)
-    ):
+    if key is not None and not (0 < len(key) <= MAX_IDEMPOTENCY_KEY_CHARS and _visible_ascii(key)):
         raise InvalidParams(
             f"Invalid params: an idempotency key must be 1 to {MAX_IDEMPOTENCY_KEY_CHARS} visible ASCII characters"
         )
@@ -248,7 +246,7 @@ def decode_header_value(raw: str, display: str = "header") -> str:
     """Trim optional whitespace, refuse characters outside visible ASCII, and decode the
     ``=?base64?...?=`` form (SEP-2243) used for values that are not plain ASCII."""
     value = raw.strip(" \t")
-    if any(not (0x20 <= ord(ch) <= 0x7E) for ch in value):
+    if not _visible_ascii(value):
         raise HeaderMismatch(f"Header mismatch: {display} contains invalid characters")
     if value.startswith(_B64_PREFIX) and value.endswith(_B64_SUFFIX) and len(value) >= 11:
         encoded = value[len(_B64_PREFIX) : -len(_B64_SUFFIX)]
@@ -259,12 +257,17 @@ def decode_header_value(raw: str, display: str = "header") -> str:
     return value
 
 
+def _visible_ascii(value: str) -> bool:
+    """Only characters 0x20-0x7E (for an ASCII string, ``isprintable`` is exactly that range)."""
+    return value.isascii() and value.isprintable()
+
+
 def encode_header_value(value: str) -> str:
     """The client-side encoding (the shim and the proxy speaking to an upstream, tests, benchmarks):
     plain when safe, base64 otherwise."""
     plain = (
         value == value.strip(" \t")
-        and all(0x20 <= ord(ch) <= 0x7E for ch in value)
+        and _visible_ascii(value)
         and not (value.startswith(_B64_PREFIX) and value.endswith(_B64_SUFFIX))
     )
     if plain:

@@ -8,7 +8,6 @@ the order clients see: a method of the Tasks extension first requires the extens
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, Final, Generic, TypeVar
 
 import msgspec
@@ -93,8 +92,7 @@ class NoParams(msgspec.Struct, frozen=True):
     pass
 
 
-@dataclass(frozen=True, slots=True)
-class Call(Generic[P]):
+class Call(msgspec.Struct, Generic[P], frozen=True):
     """One checked request: its id and method, its typed params, and what its envelope says."""
 
     id: str | int

@@ -45,7 +45,6 @@ import os
 import secrets
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Final
 
 import msgspec
@@ -92,8 +91,7 @@ def _digest(canonical: bytes) -> str:
     return _b64encode(hashlib.sha256(canonical).digest()[:16])
 
 
-@dataclass(frozen=True, slots=True)
-class Binding:
+class Binding(msgspec.Struct, frozen=True):
     """What a state is bound to: the request it belongs to and who made it."""
 
     method: str
@@ -102,8 +100,7 @@ class Binding:
     principal: str
 
 
-@dataclass(frozen=True, slots=True)
-class ResumeClaims:
+class ResumeClaims(msgspec.Struct, frozen=True):
     """The verified content of a state."""
 
     state: Any

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import base64
 import string
-from dataclasses import replace
 from typing import Any
 
 import pytest
+from msgspec.structs import replace
 
 from ext_tasks.protocol.errors import INTERNAL_ERROR, INVALID_PARAMS, InvalidRequestState, RequestStateTooLarge
 from ext_tasks.protocol.resume import (
