@@ -6,7 +6,6 @@ Nor is JSON nested deeper than :data:`MAX_DEPTH` levels (see :func:`decode_messa
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Final
 
 import msgspec
@@ -36,21 +35,18 @@ _TOO_DEEP: Final = f"Parse error: JSON nested deeper than {MAX_DEPTH} levels"
 _CONTAINERS: Final = (dict, list)
 
 
-@dataclass(frozen=True, slots=True)
-class Request:
+class Request(msgspec.Struct, frozen=True):
     id: RequestId
     method: str
     params: dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
-class Notification:
+class Notification(msgspec.Struct, frozen=True):
     method: str
     params: dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
-class Response:
+class Response(msgspec.Struct, frozen=True):
     """A JSON-RPC response sent *by the client* (only meaningful on the legacy path)."""
 
     id: RequestId
