@@ -1,0 +1,29 @@
+"""Hardening figures: the same measurements against two checkouts of this repository (``before``, default
+3320622, and ``after``, default HEAD), to show what the hardening changed.
+
+1. :mod:`~bench.hardening.fig1_dropped_waits`: Valkey connections held by 60 dropped legacy
+   (2025-11-25) ``tasks/result`` waits, right after the drops and up to 15 s later.
+2. :mod:`~bench.hardening.fig2_oversized_listen`: server CPU and wall time for one oversized
+   ``subscriptions/listen`` (a 1,000,000-byte body of task ids by default), on Valkey or in memory.
+3. :mod:`~bench.hardening.fig3_memory`: the in-memory stores' sizes and the server's RSS after tasks and
+   sessions lapse and the sweep has run (a real server through the :mod:`~bench.hardening.fig3_server`
+   launcher, which records the stores' container lengths).
+
+Run from the repository root with the dev environment's interpreter::
+
+    .venv/bin/python -m bench.hardening fig1
+    .venv/bin/python -m bench.hardening fig2 --store valkey      # or --store memory, --body-bytes N
+    .venv/bin/python -m bench.hardening fig3 --tasks 20000 --sessions 2000 --cycles 1
+
+Each takes ``--before REV|DIR --after REV|DIR`` (a commit is extracted with ``git archive REV | tar -x``
+into a temporary directory, removed afterwards unless ``--keep-checkouts``), ``--versions before after``
+(which to run), ``--work DIR`` (run logs; default a new temporary directory) and ``--python`` (the
+children's interpreter, default the running one).
+
+Every child process (servers, ``keygen``, the import check) runs with its cwd a neutral run directory and
+``PYTHONPATH=<checkout>:bench/hardening``, so the checkout's ``ext_tasks`` and ``migration`` shadow the
+editable install and both versions serve the same tools (:mod:`~bench.hardening.figtools`, public API
+only); :func:`~bench.hardening.figlib.check_shadowing` checks where they import from before each
+figure. Servers and valkey-server bind 127.0.0.1 on free ports, are stopped by PID and every wait is
+bounded. See ``bench/hardening/README.md``.
+"""

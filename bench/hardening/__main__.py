@@ -1,0 +1,26 @@
+"""``python -m bench.hardening fig1|fig2|fig3 [options]``: see :mod:`bench.hardening`."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+
+from . import fig1_dropped_waits, fig2_oversized_listen, fig3_memory
+
+FIGURES: dict[str, Callable[[Sequence[str] | None], int]] = {
+    "fig1": fig1_dropped_waits.main,
+    "fig2": fig2_oversized_listen.main,
+    "fig3": fig3_memory.main,
+}
+
+
+def main(argv: Sequence[str]) -> int:
+    if not argv or argv[0] not in FIGURES:
+        print(
+            f"usage: python -m bench.hardening {{{'|'.join(FIGURES)}}} [options]  (--help after one)", file=sys.stderr
+        )
+        return 2
+    return FIGURES[argv[0]](argv[1:])
+
+
+raise SystemExit(main(sys.argv[1:]))
