@@ -37,7 +37,9 @@ class ResourceResult:
 
 
 def _block(item: ContentBlock | str) -> dict[str, Any]:
-    return TextContent(text=item).to_wire() if isinstance(item, str) else item.to_wire()
+    # A string's block is written directly: it is what TextContent(text=item).to_wire() gives, without
+    # a model built and dumped (~1.4 µs) for every tool result.
+    return {"type": "text", "text": item} if isinstance(item, str) else item.to_wire()
 
 
 def tool_result(value: Any) -> dict[str, Any]:
