@@ -27,11 +27,10 @@ from .metrics import scrape
 from .protocol.errors import ForbiddenOrigin, InternalError, InvalidRequest, ProtocolError
 from .protocol.jsonrpc import encode
 from .replies import JsonReply, Reply, RequestHandler, StreamItem, StreamReply
-from .watch import Clock, Disconnected, RequestWatch
+from .watch import Clock, Disconnected, Receive, RequestWatch
 
-# Plain ASGI shapes: this endpoint reads and writes the messages itself.
+# Plain ASGI shapes: this endpoint reads and writes the messages itself (Receive: see .watch).
 Scope = Mapping[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 

@@ -70,8 +70,8 @@ class Clock:
 class RequestWatch:
     """One request's deadline for its body and the watch on its client; see the module's docstring."""
 
-    __slots__ = ("_cancelled", "_clock", "_deadline", "_expired", "_reading", "_receive", "_started", "_task",
-                 "_timeout_s", "gone")  # fmt: skip
+    __slots__ = ("_answering", "_cancelled", "_clock", "_deadline", "_expired", "_reading", "_receive",
+                 "_started", "_task", "_timeout_s", "gone")  # fmt: skip
 
     def __init__(self, clock: Clock, receive: Receive, body_timeout_s: float) -> None:
         loop = asyncio.get_running_loop()
@@ -82,6 +82,7 @@ class RequestWatch:
         self._started = loop.time()
         self._deadline = self._started + body_timeout_s
         self._reading = False  # the body is being read
+        self._answering = False  # the handler's answer is awaited (only then may a disconnect cancel it)
         self._expired = False  # the body missed its deadline: the task was cancelled for it
         self._cancelled = False  # the client left: the task was cancelled for it
         self.gone: asyncio.Future[None] | None = None
@@ -97,8 +98,8 @@ class RequestWatch:
                 self._task.cancel()
                 return True
             return False
-        if now - self._started < WATCH_AFTER_S:
-            return False
+        if now - self._started < WATCH_AFTER_S or not self._answering:
+            return False  # young, or an early error reply is being sent: nothing to cancel
         self.start()
         return True
 
@@ -118,6 +119,7 @@ class RequestWatch:
 
     async def run(self, answer: Awaitable[T]) -> T | None:
         """``answer``'s result, or ``None`` (``answer`` cancelled) if the client disconnects first."""
+        self._answering = True
         try:
             return await answer
         except asyncio.CancelledError:

@@ -131,3 +131,20 @@ async def test_many_requests_share_one_timer() -> None:
         watch.stop()
     await asyncio.sleep(WATCH_AFTER_S * 1.5)
     assert clock._timer is None
+
+
+async def test_an_early_error_reply_is_not_watched_so_a_disconnect_cannot_cancel_its_sending() -> None:
+    clock, client = Clock(), Client()
+    client.send_body(b"{}")
+    watch = RequestWatch(clock, client.receive, 5.0)
+    try:
+        await watch.body({}, 1024)
+        # The endpoint refuses the request (a bad Origin, a body over its limit) and sends its error without
+        # asking the handler: a slow send must not be cancelled by the client leaving meanwhile.
+        client.leave()
+        await asyncio.sleep(WATCH_AFTER_S * 2.5)
+        assert watch.gone is None
+        task = asyncio.current_task()
+        assert task is not None and task.cancelling() == 0
+    finally:
+        watch.stop()
