@@ -202,8 +202,8 @@ class McpEndpoint:
             self.policy.check(headers)
             caller = self._caller(headers)
             if method == "POST":
-                content_type = (headers.get("content-type") or [JSON])[0].split(";")[0].strip().lower()
-                if content_type != JSON:
+                content_type = headers.get("content-type")
+                if content_type != _JSON_ONLY and _media_type(content_type) != JSON:
                     raise InvalidRequest(f"Invalid Request: Content-Type must be {JSON}")
                 body = await watch.body(headers, self.limit)
         except ProtocolError as exc:
@@ -229,18 +229,19 @@ class McpEndpoint:
         return Caller(self.authenticator.authenticate(headers), authorization[0] if authorization else None)
 
 
+def _media_type(content_type: list[str] | None) -> str:
+    """The media type of a Content-Type (the first one, without parameters); JSON when absent."""
+    return content_type[0].split(";")[0].strip().lower() if content_type else JSON
+
+
+#: The Content-Type nearly every client sends, compared as is before any parsing.
+_JSON_ONLY: Final = [JSON]
 _JSON_TYPE: Final = (b"content-type", b"application/json")
 _SSE_START: Final = [
     (b"content-type", sse.CONTENT_TYPE.encode() + b"; charset=utf-8"),
     (b"cache-control", b"no-cache"),
     (b"x-accel-buffering", b"no"),
 ]
-
-
-async def _send(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
-    start_headers = [*headers, (b"content-length", str(len(body)).encode())]
-    await send({"type": "http.response.start", "status": status, "headers": start_headers})
-    await send({"type": "http.response.body", "body": body})
 
 
 def _encoded(headers: Mapping[str, str]) -> list[tuple[bytes, bytes]]:
@@ -252,10 +253,15 @@ async def _send_reply(send: Send, watch: RequestWatch | None, reply: Reply) -> N
     if isinstance(reply, StreamReply):
         assert watch is not None
         await _send_stream(send, watch.start(), reply.items, headers)
-    elif reply.message is None:
-        await _send(send, reply.status, b"", headers)
+        return
+    if reply.message is None:
+        body = b""
     else:
-        await _send(send, reply.status, encode(reply.message), [_JSON_TYPE, *headers])
+        body = encode(reply.message)
+        headers.append(_JSON_TYPE)
+    headers.append((b"content-length", b"%d" % len(body)))
+    await send({"type": "http.response.start", "status": reply.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 async def _send_stream(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 from pydantic import BaseModel
@@ -42,6 +42,10 @@ def _block(item: ContentBlock | str) -> dict[str, Any]:
     return {"type": "text", "text": item} if isinstance(item, str) else item.to_wire()
 
 
+#: What makes one content block (a tuple built once: ``str | WireModel`` would build a union per call).
+_ONE_BLOCK: Final = (str, WireModel)
+
+
 def tool_result(value: Any) -> dict[str, Any]:
     if isinstance(value, ToolResult):
         result: dict[str, Any] = {"content": [_block(item) for item in value.content], "isError": value.is_error}
@@ -50,7 +54,7 @@ def tool_result(value: Any) -> dict[str, Any]:
         return result
     if value is None:
         return {"content": [], "isError": False}
-    if isinstance(value, str | WireModel):
+    if isinstance(value, _ONE_BLOCK):
         return {"content": [_block(value)], "isError": False}  # type: ignore[arg-type]
     if isinstance(value, list | tuple):
         return {"content": [_block(item) for item in value], "isError": False}

@@ -63,7 +63,9 @@ class Signature:
 
     def validate(self, arguments: Mapping[str, Any]) -> BaseModel:
         try:
-            return self.model.model_validate(arguments)
+            # (model_validate's own validator, without its argument handling: this runs every call)
+            validated: BaseModel = self.model.__pydantic_validator__.validate_python(arguments)
+            return validated
         except ValidationError as exc:
             raise InvalidParams(f"Invalid arguments: {describe_validation_error(exc)}") from None
 

@@ -119,14 +119,34 @@ def digest_arguments(arguments: Mapping[str, Any] | None) -> str:
 
 
 class _HmacSha256(SigningAlgorithm):
-    """itsdangerous' HMAC algorithm over the stdlib's one-shot ``hmac.digest`` (a C fast path that
-    is about twice as fast as ``hmac.new(...).digest()`` for short messages)."""
+    """itsdangerous' HMAC-SHA256 (RFC 2104) for one key, from SHA-256 states that have already taken
+    the key's inner and outer pads: each signature copies them instead of hashing the key again, about
+    twice as fast as the stdlib's one-shot ``hmac.digest`` (which already halves ``hmac.new``)."""
+
+    def __init__(self, key: bytes) -> None:
+        block = key.ljust(hashlib.sha256().block_size, b"\0")  # keys are 32 bytes, never over a block
+        self._key = key
+        self._inner = hashlib.sha256(block.translate(_INNER_PAD))
+        self._outer = hashlib.sha256(block.translate(_OUTER_PAD))
 
     def get_signature(self, key: bytes, value: bytes) -> bytes:
-        return hmac.digest(key, value, "sha256")
+        if key != self._key:  # itsdangerous always passes our key; anything else is signed as asked
+            return hmac.digest(key, value, "sha256")
+        inner = self._inner.copy()
+        inner.update(value)
+        outer = self._outer.copy()
+        outer.update(inner.digest())
+        return outer.digest()
+
+    def signature_text(self, value: bytes) -> bytes:
+        """The signature as it follows the last ``.`` of a signed value (base64url, no padding)."""
+        return _b64encode_bytes(self.get_signature(self._key, value))
 
 
-_HMAC_SHA256: Final = _HmacSha256()
+_FROM_URLSAFE: Final = bytes.maketrans(b"-_", b"+/")
+_TO_URLSAFE: Final = bytes.maketrans(b"+/", b"-_")
+_INNER_PAD: Final = bytes(byte ^ 0x36 for byte in range(256))
+_OUTER_PAD: Final = bytes(byte ^ 0x5C for byte in range(256))
 
 
 def _hkdf(master: bytes, purpose: str) -> bytes:
@@ -134,16 +154,14 @@ def _hkdf(master: bytes, purpose: str) -> bytes:
 
 
 class _KeyMaterial:
-    __slots__ = ("_tags", "aead", "kid", "signer", "tag_key")
+    __slots__ = ("_tags", "aead", "hmac", "kid", "signer", "tag_key")
 
     def __init__(self, master: bytes) -> None:
         if len(master) < MIN_KEY_BYTES:
             raise ValueError(f"requestState keys must be at least {MIN_KEY_BYTES} bytes")
-        self.signer = Signer(
-            _hkdf(master, "request-state/hmac-sha256"),
-            key_derivation="none",
-            algorithm=_HMAC_SHA256,
-        )
+        signing_key = _hkdf(master, "request-state/hmac-sha256")
+        self.hmac = _HmacSha256(signing_key)
+        self.signer = Signer(signing_key, key_derivation="none", algorithm=self.hmac)
         self.aead = AESGCM(_hkdf(master, "request-state/aes-256-gcm"))
         self.tag_key = _hkdf(master, "principal-tag")
         self.kid = _hkdf(master, "key-id")[:4]
@@ -262,15 +280,17 @@ class ResumeCodec:
         raise InvalidRequestState("unknown format")
 
     def _open_signed(self, signed: bytes) -> tuple[bytes, _KeyMaterial]:
-        payload, separator, _ = signed.rpartition(b".")
+        payload, separator, signature = signed.rpartition(b".")
         if not separator:
             raise InvalidRequestState("malformed")
-        # Verify by signing the payload again (HMAC is deterministic) and comparing the whole text in
-        # constant time: unlike decoding the signature, this accepts exactly one spelling of a state
+        # Verify by signing the payload again (HMAC is deterministic) and comparing the signature's text
+        # in constant time: unlike decoding the signature, this accepts exactly one spelling of a state
         # (no padding, junk or unused low bits), so replay checks keyed on the token cannot be dodged.
         for material in self._ring:
-            if hmac.compare_digest(material.signer.sign(payload), signed):
-                return _b64decode(payload.decode("ascii")), material
+            if hmac.compare_digest(material.hmac.signature_text(payload), signature):
+                # The payload is our own (the signature says so): decoded without the checks of
+                # base64.urlsafe_b64decode, which cost more than the decoding itself.
+                return binascii.a2b_base64(payload.translate(_FROM_URLSAFE) + b"=" * (-len(payload) % 4)), material
         raise InvalidRequestState("bad signature or unknown key")
 
     def _open_sealed(self, body: str) -> tuple[bytes, _KeyMaterial]:
@@ -309,7 +329,12 @@ class ResumeCodec:
 
 
 def _b64encode(raw: bytes) -> str:
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+    return _b64encode_bytes(raw).decode("ascii")
+
+
+def _b64encode_bytes(raw: bytes) -> bytes:
+    # base64.urlsafe_b64encode, without its type checks and second pass: it runs a few times a request.
+    return binascii.b2a_base64(raw, newline=False).translate(_TO_URLSAFE).rstrip(b"=")
 
 
 _EMPTY_ARGUMENTS_DIGEST: Final = _digest(b"{}")

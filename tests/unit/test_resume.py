@@ -7,10 +7,12 @@ rejection is the same :class:`InvalidRequestState` on the wire; the ``reason`` (
 from __future__ import annotations
 
 import base64
+import hashlib
 import string
 from typing import Any
 
 import pytest
+from itsdangerous import Signer
 from msgspec.structs import replace
 
 from ext_tasks.protocol.errors import INTERNAL_ERROR, INVALID_PARAMS, InvalidRequestState, RequestStateTooLarge
@@ -20,6 +22,7 @@ from ext_tasks.protocol.resume import (
     Binding,
     ResumeClaims,
     ResumeCodec,
+    _hkdf,
     digest_arguments,
     generate_key,
     parse_key,
@@ -144,6 +147,19 @@ def test_state_verifies_on_another_codec_with_the_same_key_and_audience(encrypt:
     token = seal(make_codec(encrypt, clock))
 
     assert make_codec(encrypt, clock).unseal(token, BINDING).state == STATE
+
+
+def test_signed_state_is_itsdangerous_hmac_sha256_under_the_derived_key(clock: FakeClock) -> None:
+    # The v1. format is a stock itsdangerous signature (so instances of earlier releases, which signed
+    # with hmac.digest, and of later ones take each other's states): a plain Signer checks ours, and
+    # a payload it signs verifies here.
+    stock = Signer(_hkdf(KEY, "request-state/hmac-sha256"), key_derivation="none", digest_method=hashlib.sha256)
+    codec = make_codec(False, clock)
+    token = seal(codec)
+
+    assert stock.validate(token.removeprefix("v1."))
+    payload = token.removeprefix("v1.").rpartition(".")[0]
+    assert codec.unseal("v1." + stock.sign(payload).decode(), BINDING).state == STATE
 
 
 # --- tampering --------------------------------------------------------------------------------------
