@@ -36,6 +36,7 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 JSON: Final = "application/json"
 _READY_TIMEOUT_S: Final = 2.0
+_ALLOWED_HOSTS_KEPT: Final = 64
 
 
 def _headers(scope: Mapping[str, Any]) -> dict[str, list[str]]:
@@ -59,14 +60,22 @@ class OriginPolicy:
         hosts = settings.allowed_hosts or (LOOPBACK_HOSTS if settings.bound_to_loopback else ())
         self._hosts = frozenset(host.lower() for host in hosts)
         self._origins = frozenset(origin.lower().rstrip("/") for origin in settings.allowed_origins)
+        #: Host header values seen and allowed -> their host part. A server is called by a handful of
+        #: spellings of its own name; bounded all the same (without an allowed list, any host passes).
+        self._allowed: dict[str, str] = {}
 
     def check(self, headers: dict[str, list[str]]) -> None:
         host_values = headers.get("host", [])
         if len(host_values) > 1:
             raise ForbiddenOrigin("Forbidden: more than one Host header")
-        host = _host_of(host_values[0].strip().lower()) if host_values else ""
-        if self._hosts and host not in self._hosts:
-            raise ForbiddenOrigin("Forbidden: Host not allowed")
+        raw = host_values[0] if host_values else ""
+        host = self._allowed.get(raw)
+        if host is None:
+            host = _host_of(raw.strip().lower())
+            if self._hosts and host not in self._hosts:
+                raise ForbiddenOrigin("Forbidden: Host not allowed")
+            if len(self._allowed) < _ALLOWED_HOSTS_KEPT:
+                self._allowed[raw] = host
         origins = headers.get("origin")
         if not origins:
             return

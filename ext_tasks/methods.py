@@ -124,8 +124,8 @@ class CoreMethods:
             tool.check_arguments(arguments)  # invalid arguments answer -32602 now, not as a failed task
             return await self.tasks.create(tool, arguments, call.envelope, principal)
 
-        async def body(ctx: Context) -> Result:
-            return await invoke_tool(tool, arguments, ctx)
+        def body(ctx: Context) -> Awaitable[Result]:
+            return invoke_tool(tool, arguments, ctx)
 
         async def start_task(answers: dict[str, Any], state: Any) -> Result:
             assert self.tasks is not None
@@ -162,7 +162,7 @@ class CoreMethods:
 
         return await self._round(call, "resources/read", uri, {}, call.params.round, principal, emit, body)
 
-    async def _round(
+    def _round(
         self,
         call: Call[Any],
         method: str,
@@ -173,8 +173,9 @@ class CoreMethods:
         emit: Emit,
         body: Callable[[Context], Awaitable[Result]],
         start_task: StartTaskHook | None = None,
-    ) -> Result:
-        return await run_round(
+    ) -> Awaitable[Result]:
+        # run_round's coroutine itself (no pass-through coroutine around it): the hot path.
+        return run_round(
             self.codec,
             binding=binding_for(method, target, arguments, principal),
             round=round,

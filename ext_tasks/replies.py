@@ -8,7 +8,7 @@ business; what it says is the surface's.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from typing import Any, Final, Protocol
 
 import msgspec
@@ -48,7 +48,7 @@ NOT_ALLOWED: Final = JsonReply(405, None, {"Allow": "POST"})
 class RequestHandler(Protocol):
     """What the HTTP edge calls: the engine, the era router in front of it and the shim, or a proxy."""
 
-    async def post(self, body: bytes, headers: Headers, caller: Caller) -> Reply: ...
+    def post(self, body: bytes, headers: Headers, caller: Caller) -> Awaitable[Reply]: ...
 
     async def get(self, headers: Headers, caller: Caller) -> Reply: ...
 

@@ -77,7 +77,7 @@ class RequestWatch:
         loop = asyncio.get_running_loop()
         self._clock = clock
         self._receive = receive
-        self._task: asyncio.Task[Any] | None = asyncio.current_task()
+        self._task: asyncio.Task[Any] | None = asyncio.current_task(loop)
         self._timeout_s = body_timeout_s
         self._started = loop.time()
         self._deadline = self._started + body_timeout_s

@@ -8,6 +8,7 @@ modern ``_meta`` key, a JSON-RPC response from the client, or no version signal 
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import Literal, Protocol
 
 from ext_tasks.auth import Caller, Principal
@@ -40,14 +41,19 @@ class EraRouter:
         self.modern = modern
         self.legacy = legacy
 
-    async def post(self, body: bytes, headers: Headers, caller: Caller) -> Reply:
+    def post(self, body: bytes, headers: Headers, caller: Caller) -> Awaitable[Reply]:
         version = _version(headers)
         if version in MODERN_VERSIONS:
-            # The fast path: every modern client sends the header, and the engine decodes the body once.
+            # The fast path: every modern client sends the header, and the engine decodes the body once
+            # (its coroutine is returned as is, without one of our own around it).
             # A stray Mcp-Session-Id on a modern request is ignored, as the 2026-07-28 transport says.
-            return await self.modern.handle(body, headers, caller.principal)
+            return self.modern.handle(body, headers, caller.principal)
         if headers.get("mcp-session-id"):
-            return await self.legacy.post(body, headers, caller)
+            return self.legacy.post(body, headers, caller)
+        return self._post_unversioned(body, headers, caller, version)
+
+    async def _post_unversioned(self, body: bytes, headers: Headers, caller: Caller, version: str) -> Reply:
+        """A request with neither a modern version header nor a session: its body decides."""
         try:
             message = decode_message(body)
         except ProtocolError as exc:

@@ -14,7 +14,7 @@ from ext_tasks import Context, ToolRegistry
 from ext_tasks.auth import AnonymousAuthenticator, Authenticator, BearerTokenAuthenticator
 from ext_tasks.config import Settings
 from ext_tasks.engine import Engine
-from ext_tasks.http import App, create_app
+from ext_tasks.http import App, OriginPolicy, create_app
 from ext_tasks.protocol.resume import ResumeCodec
 
 pytestmark = pytest.mark.anyio
@@ -256,6 +256,22 @@ async def test_configured_origin_is_accepted_and_others_refused() -> None:
 
     assert allowed.status_code == 200
     assert refused.status_code == 403
+
+
+async def test_a_foreign_host_stays_refused_after_allowed_ones_were_served(client: httpx.AsyncClient) -> None:
+    # The policy remembers the Host values it allowed; what it has not allowed is checked every time.
+    for _ in range(3):
+        assert (await post(client, extra_headers={"Host": "localhost:3001"})).status_code == 200
+        assert (await post(client, extra_headers={"Host": "evil.example.com"})).status_code == 403
+
+
+def test_the_remembered_host_values_are_bounded_when_any_host_is_allowed() -> None:
+    policy = OriginPolicy(Settings(host="0.0.0.0"))  # not loopback, no list: every Host passes
+
+    for n in range(1000):
+        policy.check({"host": [f"host-{n}.example.com"]})
+
+    assert len(policy._allowed) <= 64
 
 
 # --- authentication ---------------------------------------------------------------------------------
