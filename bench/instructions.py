@@ -1,5 +1,5 @@
-"""Instructions a request costs the ASGI app alone: an MRTR resume through ext-tasks' app against the
-Litestar echo app fed the same body, counted by callgrind (valgrind).
+"""Instructions a request costs the ASGI app alone: an MRTR resume and a ``tasks/get`` through ext-tasks'
+app against the Litestar echo app fed the resume's body, counted by callgrind (valgrind).
 
 On a shared VM, requests/s and CPU time per request swing by 20 % from one round to the next; the number
 of instructions a request executes does not (it repeats to within about 1 %). This measures the
@@ -8,8 +8,9 @@ protocol's own cost in that unit, without an HTTP server, a loader or a network 
     python -m bench.instructions [--requests 1000]
 
 Each mode runs in its own ``valgrind --tool=callgrind`` process: ``idle`` builds both apps, checks the
-resume completes and warms both paths up, then stops; ``resume`` and ``echo`` do the same and then
-``--requests`` more requests. Instructions per request are a mode's total minus ``idle``'s, divided
+resume completes and a task can be polled, warms every path up, then stops; ``resume``, ``poll``
+(``tasks/get`` of a completed task, in memory) and ``echo`` do the same and then ``--requests`` more
+requests. Instructions per request are a mode's total minus ``idle``'s, divided
 by the count. Needs valgrind (``apt install valgrind``); the HTTP stack's share is in ``python -m bench``.
 """
 
@@ -26,7 +27,7 @@ from typing import Any, Final
 
 import msgspec
 
-MODES: Final = ("idle", "resume", "echo")
+MODES: Final = ("idle", "resume", "poll", "echo")
 WARM_UP: Final = 200
 _HOST: Final = (b"host", b"127.0.0.1:3001")
 
@@ -86,15 +87,33 @@ async def drive(mode: str, requests: int) -> None:
         resume = _scope("/mcp", _headers_of(head))
         answer = msgspec.json.decode(await _request(app, resume, body))
         assert answer.get("result", {}).get("resultType") == "complete", answer
+        poll, poll_body = await _completed_task_poll(app, mcp)
         echo, echo_scope = echo_app(), _scope("/echo", [(b"content-type", b"application/json")])
         for _ in range(WARM_UP):
             await _request(app, resume, body)
+            await _request(app, poll, poll_body)
             await _request(echo, echo_scope, body)  # the resume's own body: the same bytes to decode
-        target, scope = (app, resume) if mode == "resume" else (echo, echo_scope)
+        target, scope, sent = {"resume": (app, resume, body), "poll": (app, poll, poll_body)}.get(
+            mode, (echo, echo_scope, body)
+        )
         for _ in range(requests if mode != "idle" else 0):
-            await _request(target, scope, body)
+            await _request(target, scope, sent)
     finally:
         await runtime.stop()
+
+
+async def _completed_task_poll(app: Asgi, mcp: Any) -> tuple[dict[str, Any], bytes]:
+    """The scope and body of a ``tasks/get`` of a task that has completed (``instant``, awaited)."""
+    head, body = mcp.request("tools/call", {"name": "instant", "arguments": {"label": "x"}})
+    created = msgspec.json.decode(await _request(app, _scope("/mcp", _headers_of(head)), body))["result"]
+    assert created["resultType"] == "task", created
+    head, body = mcp.request("tasks/get", {"taskId": created["taskId"]})
+    scope = _scope("/mcp", _headers_of(head))
+    async with asyncio.timeout(10):
+        # Polling tasks/get is how a client learns a task is done.
+        while (msgspec.json.decode(await _request(app, scope, body))["result"]["status"]) != "completed":  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+    return scope, body
 
 
 def _count(mode: str, requests: int) -> int:
@@ -123,11 +142,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if shutil.which("valgrind") is None:
         parser.error("valgrind is not installed (apt install valgrind)")
     idle = _count("idle", args.requests)
-    resume = (_count("resume", args.requests) - idle) / args.requests
-    echo = (_count("echo", args.requests) - idle) / args.requests
+    resume, poll, echo = ((_count(mode, args.requests) - idle) / args.requests for mode in MODES[1:])
     print(f"MRTR resume through ext-tasks' app: {resume:9,.0f} instructions a request")
-    print(f"Litestar echo app, same body:       {echo:9,.0f} instructions a request")
-    print(f"the protocol's own cost:            {resume - echo:9,.0f} instructions a request")
+    print(f"tasks/get (completed, in memory):   {poll:9,.0f} instructions a request")
+    print(f"Litestar echo app, resume's body:   {echo:9,.0f} instructions a request")
+    print(f"a resume's protocol cost:           {resume - echo:9,.0f} instructions a request")
     return 0
 
 
