@@ -124,7 +124,9 @@ class _HmacSha256(SigningAlgorithm):
     twice as fast as the stdlib's one-shot ``hmac.digest`` (which already halves ``hmac.new``)."""
 
     def __init__(self, key: bytes) -> None:
-        block = key.ljust(hashlib.sha256().block_size, b"\0")  # keys are 32 bytes, never over a block
+        block_size = hashlib.sha256().block_size
+        # RFC 2104: a key longer than a block is hashed first (ours are 32 bytes); then zero-padded.
+        block = (hashlib.sha256(key).digest() if len(key) > block_size else key).ljust(block_size, b"\0")
         self._key = key
         self._inner = hashlib.sha256(block.translate(_INNER_PAD))
         self._outer = hashlib.sha256(block.translate(_OUTER_PAD))

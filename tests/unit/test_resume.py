@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import hmac
 import string
 from typing import Any
 
@@ -23,6 +24,7 @@ from ext_tasks.protocol.resume import (
     ResumeClaims,
     ResumeCodec,
     _hkdf,
+    _HmacSha256,
     digest_arguments,
     generate_key,
     parse_key,
@@ -147,6 +149,15 @@ def test_state_verifies_on_another_codec_with_the_same_key_and_audience(encrypt:
     token = seal(make_codec(encrypt, clock))
 
     assert make_codec(encrypt, clock).unseal(token, BINDING).state == STATE
+
+
+@pytest.mark.parametrize("length", [32, 64, 65, 200])
+def test_the_signing_algorithm_is_hmac_sha256_for_any_key_length(length: int) -> None:
+    key = bytes(range(256))[:length]
+    value = b"eyJ2IjoxfQ"
+
+    assert _HmacSha256(key).get_signature(key, value) == hmac.digest(key, value, "sha256")
+    assert _HmacSha256(key).get_signature(b"another key", value) == hmac.digest(b"another key", value, "sha256")
 
 
 def test_signed_state_is_itsdangerous_hmac_sha256_under_the_derived_key(clock: FakeClock) -> None:
