@@ -132,7 +132,16 @@ class GetStream:
             return []
         if message.get("live") == self._generation:
             unread, self._unread = list(dict.fromkeys(self._unread)), []
-            return [outgoing for task in await self._read(unread) for outgoing in await self._questions.ask(task)]
+            outgoing: list[Message] = []
+            for task in await self._read(unread):
+                questions = await self._questions.ask(task)
+                if questions:
+                    # As on a change, the status comes first: a task whose question is relayed from a
+                    # fresh read (the stream became live after the task started waiting) is also told
+                    # to be waiting, or a client that polls past the wait never learns it did.
+                    outgoing += await self._status(task)
+                outgoing += questions
+            return outgoing
         if message.get("method") == "notifications/tasks":
             task = message.get("params") or {}
             status = await self._status(task)

@@ -81,6 +81,11 @@ def test_a_get_stream_opened_while_the_task_waits_relays_the_outstanding_questio
     stream = Stream(session)
     question = stream.next_request()
     assert_question_of(question, task_id, "b.log")
+    # The stream read the waiting task afresh: it says the task waits before it relays the question
+    # (the reader queues what it reads in order, so the notification is already in).
+    told = [stream.notifications.get_nowait() for _ in range(stream.notifications.qsize())]
+    statuses = [note["params"]["status"] for note in told if note["method"] == "notifications/tasks/status"]
+    assert "input_required" in statuses
     session.answer(question, confirm=False)
     wait_for(lambda: session.status(task_id) == "completed", WAIT_S)
     assert stream.no_request_within(1.0)
