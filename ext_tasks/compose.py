@@ -249,6 +249,7 @@ def serve_app(settings: Settings) -> tuple[Runtime, App]:
         on_startup=[runtime.start],
         on_shutdown=[runtime.stop],
         ready=runtime.ready,
+        pacing=runtime.engine.pacing if runtime.engine is not None else None,
     )
     return runtime, app
 

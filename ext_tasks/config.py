@@ -46,6 +46,11 @@ class EngineOptions(_Section):
     strict_headers: bool = False
     #: Open waits (listen, legacy GET streams, tasks/result) per principal and process (0: no cap).
     max_waits: int = 256
+    #: Cost units a principal may spend a second on costly requests, per process (0: no budget);
+    #: see ``ext_tasks.pacing``.
+    pacing_rate: float = 1000.0
+    #: Cost units a principal may save up (the largest burst of costly requests).
+    pacing_burst: int = 5000
 
 
 class TaskOptions(_Section):
@@ -322,6 +327,10 @@ class Settings(BaseSettings):
             raise ConfigError("EXT_TASKS_CACHE_TTL_MS must not be negative")
         if self.engine.keepalive_s <= 0:
             raise ConfigError("EXT_TASKS_KEEPALIVE_S must be positive")
+        if self.engine.pacing_rate < 0 or self.engine.pacing_burst < 1:
+            raise ConfigError(
+                "EXT_TASKS_PACING_RATE must not be negative (0: no budget) and EXT_TASKS_PACING_BURST at least 1"
+            )
         worker = self.worker
         if worker.run_concurrency < 1 or worker.max_attempts < 1:
             raise ConfigError("EXT_TASKS_RUN_CONCURRENCY and EXT_TASKS_MAX_ATTEMPTS must be at least 1")

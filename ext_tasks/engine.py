@@ -27,6 +27,7 @@ from .methods import CacheOptions, CoreMethods
 from .metrics import header_tolerated, method_label, observe_request
 from .mrtr import ClaimOnce
 from .notify import ChangeEvent, ChangeHub
+from .pacing import Pacing
 from .protocol.envelope import Envelope, Headers, check_envelope
 from .protocol.errors import InternalError, InvalidRequest, MethodNotFound, ProtocolError
 from .protocol.jsonrpc import Message as Decoded
@@ -66,15 +67,20 @@ class Engine:
         waits: WaitLimit | None = None,
         claim_once: ClaimOnce | None = None,
         cache_scope: str = "public",
+        pacing: Pacing | None = None,
     ) -> None:
         self.options = options or EngineOptions()
         self.registry = registry
         self.tasks = tasks
         self.waits = waits or WaitLimit(self.options.max_waits)
+        #: The costly requests' budget per principal (shared with the HTTP edge, which charges bodies).
+        self.pacing = pacing or Pacing(self.options.pacing_rate, self.options.pacing_burst)
         self.hub = ChangeHub(tasks.store.watch, tasks.event_of) if tasks is not None else ChangeHub()
         cache = CacheOptions(self.options.cache_ttl_ms, cache_scope)
         self.core = CoreMethods(registry, codec, cache, tasks, claim_once=claim_once)
-        self.subscriptions = Subscriptions(self.hub, self.waits, tasks, self.options.keepalive_s, self._result)
+        self.subscriptions = Subscriptions(
+            self.hub, self.waits, tasks, self.options.keepalive_s, self._result, pacing=self.pacing
+        )
         self._handlers = self._table()
         self._server_info = {"name": registry.name, "version": registry.version}
         registry.on_change(self._list_changed)

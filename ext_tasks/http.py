@@ -24,6 +24,7 @@ from . import sse
 from .auth import Authenticator, Caller
 from .config import LOOPBACK_HOSTS, Settings
 from .metrics import scrape
+from .pacing import FREE_BODY_BYTES, MAX_HELD, Pacing, body_cost
 from .protocol.errors import ForbiddenOrigin, InternalError, InvalidRequest, ProtocolError
 from .protocol.jsonrpc import encode
 from .replies import JsonReply, Reply, RequestHandler, StreamItem, StreamReply
@@ -101,15 +102,20 @@ def create_app(
     on_startup: Sequence[Callable[[], Awaitable[None]]] = (),
     on_shutdown: Sequence[Callable[[], Awaitable[None]]] = (),
     ready: Callable[[], Awaitable[None]] | None = None,
+    pacing: Pacing | None = None,
 ) -> App:
     """The app serving ``handler`` at ``/mcp``.
 
     ``GET /healthz`` answers while the process serves; ``GET /readyz`` also awaits ``ready`` (the task
-    store's ping) and answers 503 while it fails; ``GET /metrics`` is the Prometheus scrape.
+    store's ping) and answers 503 while it fails; ``GET /metrics`` is the Prometheus scrape. ``pacing``
+    charges large bodies to their principal's budget (the engine's, so listens share it; a new one from
+    the settings otherwise).
     """
     limit = settings.max_body_bytes
+    if pacing is None:
+        pacing = Pacing(settings.engine.pacing_rate, settings.engine.pacing_burst)
 
-    endpoint = McpEndpoint(handler, settings, authenticator)
+    endpoint = McpEndpoint(handler, settings, authenticator, pacing)
 
     # A raw ASGI route: the protocol needs the body bytes and the headers, nothing of Litestar's request
     # and response machinery, which measured ~50 µs per request (performance.md §3). Requests for the
@@ -185,8 +191,13 @@ def _operations_routes(ready: Callable[[], Awaitable[None]] | None) -> list[HTTP
 class McpEndpoint:
     """``/mcp`` as ASGI: every method goes to the handler, after the checks every request passes."""
 
-    def __init__(self, handler: RequestHandler, settings: Settings, authenticator: Authenticator) -> None:
+    def __init__(
+        self, handler: RequestHandler, settings: Settings, authenticator: Authenticator, pacing: Pacing
+    ) -> None:
         self.handler = handler
+        self.pacing = pacing
+        #: Refusals waiting out their hold (``ext_tasks.pacing``).
+        self._held = 0
         self.policy = OriginPolicy(settings)
         self.limit = settings.max_body_bytes
         self.body_timeout_s = settings.body_timeout_s
@@ -215,8 +226,11 @@ class McpEndpoint:
                 if content_type != _JSON_ONLY and _media_type(content_type) != JSON:
                     raise InvalidRequest(f"Invalid Request: Content-Type must be {JSON}")
                 body = await watch.body(headers, self.limit)
+                if len(body) > FREE_BODY_BYTES:  # a large body is costly to decode, check and store
+                    self.pacing.charge(caller.principal.id, body_cost(len(body)), kind="body")
         except ProtocolError as exc:
-            await _send_reply(send, None, JsonReply.error(None, exc))
+            body = b""  # a held refusal keeps nothing of the request
+            await self._send_held(send, None, JsonReply.error(None, exc))
             return
         except Disconnected:
             return
@@ -230,8 +244,19 @@ class McpEndpoint:
         else:
             answer = self.handler.delete(headers, caller)
         reply = await watch.run(answer)
+        body = b""  # the answer is done with it (a held reply keeps nothing of the request)
         if reply is not None:
-            await _send_reply(send, watch, reply)
+            await self._send_held(send, watch, reply)
+
+    async def _send_held(self, send: Send, watch: RequestWatch | None, reply: Reply) -> None:
+        """Send ``reply``, after its hold (a pacing refusal) while fewer than ``MAX_HELD`` are held."""
+        if isinstance(reply, JsonReply) and reply.hold_s > 0 and self._held < MAX_HELD:
+            self._held += 1
+            try:
+                await asyncio.sleep(reply.hold_s)
+            finally:
+                self._held -= 1
+        await _send_reply(send, watch, reply)
 
     def _caller(self, headers: dict[str, list[str]]) -> Caller:
         authorization = headers.get("authorization")

@@ -17,6 +17,7 @@ from typing import Any, Final
 
 from .auth import Principal
 from .notify import ChangeEvent, ChangeHub
+from .pacing import Pacing, listen_cost
 from .protocol.jsonrpc import RequestId, notification_message
 from .protocol.versions import META_SUBSCRIPTION_ID
 from .protocol.wire import ListenParams
@@ -40,8 +41,11 @@ class Subscriptions:
         tasks: TaskMethods | None,
         keepalive_s: float,
         final: Callable[[RequestId, dict[str, Any]], Message],
+        *,
+        pacing: Pacing | None = None,
     ) -> None:
         self.hub = hub
+        self.pacing = pacing
         self.waits = waits
         self.tasks = tasks
         self.keepalive_s = keepalive_s
@@ -51,6 +55,12 @@ class Subscriptions:
         self, request_id: RequestId, params: ListenParams, principal: Principal, own_wait: bool
     ) -> StreamReply:
         wanted = params.notifications
+        if self.pacing is not None and own_wait:
+            # Checking ids against the store is what a listen costs: charged before it is done. A listen
+            # the legacy shim opens for a GET stream (``own_wait=False``) follows the session's own tasks,
+            # at most the shim's bound of them, and is not the client's request: not charged.
+            cost = listen_cost(len(wanted.task_ids or ()), len(wanted.resource_subscriptions or ()))
+            self.pacing.charge(principal.id, cost, kind="listen")
         honored: dict[str, Any] = {}
         for kind, (flag, _) in LIST_CHANGED.items():
             if getattr(wanted, f"{kind}_list_changed"):

@@ -67,6 +67,13 @@ STORE_ACK_TIMEOUTS: Final = Counter(
     "Writes the replicas did not confirm within EXT_TASKS_VALKEY_ACK_TIMEOUT_MS (answered 'retry later').",
     registry=REGISTRY,
 )
+PACING_REFUSALS: Final = Counter(
+    "ext_tasks_pacing_refusals_total",
+    "Costly requests refused (HTTP 429) because their principal's budget (EXT_TASKS_PACING_RATE) was spent, "
+    "by what was charged: body (a large request body) or listen (task ids and URIs named).",
+    ["kind"],
+    registry=REGISTRY,
+)
 KNOWN_METHODS: Final = frozenset(
     {
         "server/discover",

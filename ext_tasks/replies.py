@@ -27,12 +27,15 @@ class JsonReply(msgspec.Struct, frozen=True):
     status: int
     message: Message | None  # None: no body (202 Accepted, 204, 405 ...)
     headers: Mapping[str, str] = msgspec.field(default_factory=dict)
+    #: Seconds the HTTP edge waits before sending it (a pacing refusal: see ``ext_tasks.pacing``).
+    hold_s: float = 0.0
 
     @classmethod
     def error(cls, request_id: RequestId | None, error: ProtocolError, status: int | None = None) -> JsonReply:
         """The reply for a failure: its HTTP status (unless ``status`` says otherwise), its extra headers
-        (``Retry-After``, ``WWW-Authenticate``), its JSON-RPC error."""
-        return cls(status or error.http_status, error_message(request_id, error), error.http_headers())
+        (``Retry-After``, ``WWW-Authenticate``), its JSON-RPC error, and how long to hold it."""
+        message = error_message(request_id, error)
+        return cls(status or error.http_status, message, error.http_headers(), error.hold_s)
 
 
 class StreamReply(msgspec.Struct, frozen=True):

@@ -50,6 +50,8 @@ class ProtocolError(Exception):
 
     code: ClassVar[int] = INTERNAL_ERROR
     http_status: ClassVar[int] = 200
+    #: How long the HTTP edge waits before sending this answer (a pacing refusal, ``ext_tasks.pacing``).
+    hold_s: float = 0.0
 
     def __init__(self, message: str, *, data: Mapping[str, Any] | None = None) -> None:
         super().__init__(message)
@@ -100,8 +102,9 @@ class LimitExceeded(ProtocolError):
     code = LIMIT_EXCEEDED
     http_status = 429
 
-    def __init__(self, message: str, *, limit: str, retry_after_s: int) -> None:
+    def __init__(self, message: str, *, limit: str, retry_after_s: int, hold_s: float = 0.0) -> None:
         self.retry_after_s = max(1, retry_after_s)
+        self.hold_s = hold_s
         super().__init__(message, data={"limit": limit, "retryAfterSeconds": self.retry_after_s})
 
     def http_headers(self) -> dict[str, str]:
