@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from ext_tasks.auth import Caller
-from ext_tasks.protocol.errors import InternalError, InvalidRequest, MethodNotFound
+from ext_tasks.protocol.errors import Busy, InternalError, InvalidRequest, LimitExceeded, MethodNotFound
 from ext_tasks.protocol.jsonrpc import Request, error_message, result_message
 
 from .legacy_tasks import LegacyTasks, Relay
@@ -74,7 +74,10 @@ class LegacyCalls:
             if final is None:
                 raise InternalError("Internal error: the upstream server sent no response")
             if "error" in final:
-                yield error_message(request.id, legacy_error(final["error"]))
+                error = legacy_error(final["error"])
+                if isinstance(error, LimitExceeded | Busy):
+                    raise error  # "retry later": HTTP 429 or 503 with Retry-After, as the engine answers it
+                yield error_message(request.id, error)
                 return
             result = final["result"]
             kind = result.get("resultType")

@@ -24,8 +24,8 @@ from ext_tasks.waits import WaitLimit
 from .sessions import LegacySession, SessionStore
 from .translate import (
     TERMINAL,
-    RelayedError,
     answer_from_legacy_response,
+    legacy_error,
     legacy_input_request,
     legacy_task,
     required_string,
@@ -220,7 +220,7 @@ class LegacyTasks:
             call = replace(call, status_only=True)
         final = await self._final(call, caller)
         if "error" in final:
-            raise RelayedError(final["error"])
+            raise legacy_error(final["error"])
         return result_of(final)
 
     async def get(self, request: Request, session: LegacySession, caller: Caller) -> AsyncIterator[Message]:
@@ -323,7 +323,7 @@ class LegacyTasks:
             raise InvalidParams(f"Cannot cancel task: already in terminal status '{status}'")
         final = await self._final(self._modern(session, "tasks/cancel", {"taskId": task_id}, tasks=True), caller)
         if "error" in final:
-            raise RelayedError(final["error"])
+            raise legacy_error(final["error"])
         ttl = task.get("ttlMs")
         await self.sessions.mark_cancelled(task_id, ttl if isinstance(ttl, int) else 86_400_000)
         cancelled = legacy_task(await self.task(session, task_id, caller), cancelled_by_legacy=True)

@@ -9,10 +9,13 @@ from typing import Any, Final
 
 from ext_tasks.protocol.errors import (
     INTERNAL_ERROR,
+    LIMIT_EXCEEDED,
     MISSING_REQUIRED_CLIENT_CAPABILITY,
+    Busy,
     InternalError,
     InvalidParams,
     InvalidRequest,
+    LimitExceeded,
     MethodNotFound,
     ProtocolError,
 )
@@ -184,13 +187,26 @@ def legacy_notification(message: dict[str, Any]) -> dict[str, Any]:
 
 
 def legacy_error(error: Mapping[str, Any]) -> ProtocolError:
-    """A modern error as the legacy era says it (no -320xx codes a 2025-11-25 client does not know)."""
-    required = (error.get("data") or {}).get("requiredCapabilities") if isinstance(error.get("data"), dict) else None
-    if error.get("code") == MISSING_REQUIRED_CLIENT_CAPABILITY and isinstance(required, dict):
+    """A modern error as the legacy era says it (no -320xx codes a 2025-11-25 client does not know).
+
+    A "retry later" (a limit, -31429, or the store, -32603, with ``data.retryAfterSeconds``) stays one:
+    raised, it is answered HTTP 429 or 503 with ``Retry-After``, as the engine answers it."""
+    found = error.get("data")
+    data: Mapping[str, Any] = found if isinstance(found, dict) else {}
+    required = data.get("requiredCapabilities")
+    code = error.get("code")
+    if code == MISSING_REQUIRED_CLIENT_CAPABILITY and isinstance(required, dict):
         if EXTENSION_ID in (required.get("extensions") or {}):
             # 2025-11-25, tools section: a task-required tool called without augmentation gets -32601.
             return MethodNotFound("Task augmentation required for tools/call requests")
         return InvalidRequest(f"The client did not declare a capability this request needs: {', '.join(required)}")
+    retry_after = data.get("retryAfterSeconds")
+    if isinstance(retry_after, int) and not isinstance(retry_after, bool) and retry_after > 0:
+        message = str(error.get("message", "Retry later"))
+        if code == LIMIT_EXCEEDED:
+            return LimitExceeded(message, limit=str(data.get("limit", "")), retry_after_s=retry_after)
+        if code == INTERNAL_ERROR:
+            return Busy(message)
     return RelayedError(error)
 
 
@@ -215,8 +231,8 @@ def required_string(params: Mapping[str, Any], name: str) -> str:
 
 
 def result_of(final: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``result`` of a JSON-RPC response, or its error raised as a :class:`RelayedError`."""
+    """The ``result`` of a JSON-RPC response, or its error raised as the legacy era says it."""
     if "error" in final:
-        raise RelayedError(final["error"])
+        raise legacy_error(final["error"])
     result: dict[str, Any] = final["result"]
     return result

@@ -157,6 +157,11 @@ class Busy(InternalError):
     http_status = 503
     retry_after_s = 1
 
+    def __init__(self, message: str) -> None:
+        # ``retryAfterSeconds`` says "retry later" in the body too, where the HTTP status does not travel
+        # (the legacy shim relays an error of the engine or of a remote server with its own status).
+        super().__init__(message, data={"retryAfterSeconds": self.retry_after_s})
+
     def http_headers(self) -> dict[str, str]:
         return {"Retry-After": str(self.retry_after_s)}
 

@@ -168,10 +168,11 @@ class WatchedStore(MemoryTaskStore):
 class Legacy:
     """Engine, worker, shim and era router over the memory stores, as ``compose.Runtime`` wires them."""
 
-    def __init__(self, *, max_waits: int = 256) -> None:
+    def __init__(self, *, max_waits: int = 256, max_active_tasks: int = 1000) -> None:
         self.registry = make_registry()
         self.store = WatchedStore()
-        tasks = TaskMethods(self.store, TaskOptions(poll_interval_ms=50, poll_interval_max_ms=50))
+        options = TaskOptions(poll_interval_ms=50, poll_interval_max_ms=50, max_active_tasks=max_active_tasks)
+        tasks = TaskMethods(self.store, options)
         codec = ResumeCodec([KEY], audience="shim-test")
         self.engine = Engine(self.registry, codec, EngineOptions(max_waits=max_waits), tasks=tasks)
         self.worker = Worker(self.store, self.registry)

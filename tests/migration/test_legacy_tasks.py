@@ -283,6 +283,21 @@ async def test_a_waiting_tasks_result_holds_one_of_the_callers_waits_until_it_en
         await legacy.close()
 
 
+async def test_a_task_call_past_the_callers_cap_answers_429_with_retry_after() -> None:
+    legacy = Legacy(max_active_tasks=1)
+    try:
+        client = await legacy.initialize()
+        await client.start_task("job")
+
+        reply = await client.post("tools/call", {"name": "job", "arguments": {}, "task": {}})
+
+        status, refused = json_of(reply)
+        assert status == 429 and reply.headers.get("Retry-After", "").isdigit(), reply
+        assert (refused["error"]["code"], refused["error"]["data"]["limit"]) == (-31429, "max_active_tasks")
+    finally:
+        await legacy.close()
+
+
 # --- calls answered inline despite params.task ------------------------------------------------------------
 
 

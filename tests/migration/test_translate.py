@@ -10,6 +10,7 @@ from migration.router import classify
 from migration.translate import (
     answer_from_legacy_response,
     legacy_create_task_result,
+    legacy_error,
     legacy_input_request,
     legacy_result,
     legacy_status,
@@ -207,3 +208,34 @@ def test_a_client_response_becomes_an_input_response(
 )
 def test_era_routing(headers: dict[str, list[str]], body: bytes, era: str) -> None:
     assert classify(headers, body) == era
+
+
+@pytest.mark.parametrize(
+    ("modern", "status", "headers", "code"),
+    [
+        # "Retry later" keeps its HTTP status and Retry-After: a limit ...
+        (
+            {"code": -31429, "message": "Too many", "data": {"limit": "max_active_tasks", "retryAfterSeconds": 5}},
+            429,
+            {"Retry-After": "5"},
+            -31429,
+        ),
+        # ... and the store (the engine's 503), told apart from a plain internal error by its data.
+        (
+            {"code": -32603, "message": "Task store unavailable; retry later", "data": {"retryAfterSeconds": 1}},
+            503,
+            {"Retry-After": "1"},
+            -32603,
+        ),
+        ({"code": -32603, "message": "Internal error"}, 200, {}, -32603),  # relayed in the body, as in 2025-11-25
+        ({"code": -32602, "message": "Task not found"}, 200, {}, -32602),
+        ({"code": -31429, "message": "odd", "data": {"retryAfterSeconds": "soon"}}, 200, {}, -31429),
+    ],
+)
+def test_upstream_errors_keep_their_retry_later(
+    modern: dict[str, Any], status: int, headers: dict[str, str], code: int
+) -> None:
+    error = legacy_error(modern)
+
+    assert (error.http_status, error.http_headers(), error.to_error()["code"]) == (status, headers, code)
+    assert error.to_error()["message"] == modern["message"]
