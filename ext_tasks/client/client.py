@@ -20,7 +20,7 @@ Every request carries the per-request ``_meta`` and the SEP-2243 headers the tra
 from __future__ import annotations
 
 import secrets
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Collection, Mapping
 from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import Any, Final
@@ -47,6 +47,7 @@ class Client:
         *,
         token: str | None = None,
         elicitation: Elicit | None = None,
+        elicitation_modes: Collection[str] = ("form",),
         sampling: Sample | None = None,
         roots: Roots | None = None,
         tasks: bool = True,
@@ -59,12 +60,14 @@ class Client:
         http: httpx.AsyncClient | None = None,
     ) -> None:
         """``token``: sent as ``Authorization: Bearer``. ``elicitation``, ``sampling``, ``roots``: answer
-        the server's input requests (and declare those capabilities). ``tasks``: declare the Tasks
+        the server's input requests (and declare those capabilities); ``elicitation_modes``: the modes the
+        ``elicitation`` callback handles (``"form"``, ``"url"``): a request in another mode is declined
+        without calling it. ``tasks``: declare the Tasks
         extension. ``listen``: follow tasks with ``subscriptions/listen`` where offered (else: poll).
         ``timeout_s``: per request (a request that times out is resent). ``on_notification``: progress
         and log notifications sent while a request runs. ``http``: an httpx client to share (not closed
         here)."""
-        self.inputs = InputHandlers(elicitation, sampling, roots, tasks)
+        self.inputs = InputHandlers(elicitation, sampling, roots, tasks, frozenset(elicitation_modes))
         self.listen = listen
         self._own_http = http is None
         self._http = http or httpx.AsyncClient(timeout=httpx.Timeout(timeout_s))

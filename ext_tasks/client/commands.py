@@ -26,6 +26,7 @@ from typing import Any, Final, TextIO
 from .client import Client
 from .console import Console
 from .errors import ClientError, TaskCancelled, TaskFailed
+from .safe_text import safe_json, safe_text
 from .tasks import TaskHandle
 
 DEFAULT_URL: Final = "http://127.0.0.1:3001/mcp"
@@ -96,7 +97,12 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextI
 
 async def _run(args: argparse.Namespace, console: Console, out: TextIO) -> int:
     arguments = parse_items(args.items) if args.command == "call" else {}
-    async with Client(args.url, token=args.token, elicitation=console.elicit if console.ask else None) as client:
+    async with Client(
+        args.url,
+        token=args.token,
+        elicitation=console.elicit if console.ask else None,
+        elicitation_modes=console.elicitation_modes,
+    ) as client:
         try:
             if args.command == "tools":
                 return _print_tools(await client.list_tools(), out, as_json=args.json)
@@ -210,7 +216,7 @@ class _Interrupts:
             self._console.say(f"stopped waiting; the cancellation of task {task_id} was sent")
             return EXIT_TOOL_ERROR
         self._console.say(f"left task {task_id} running; follow it with: ext-tasks task wait {task_id}")
-        print(task_id, file=out)  # what a script needs to pick it up again
+        print(safe_text(task_id), file=out)  # what a script needs to pick it up again
         return EXIT_LEFT_RUNNING
 
     async def settle(self) -> None:
@@ -239,11 +245,16 @@ def _print_tools(tools: list[dict[str, Any]], out: TextIO, *, as_json: bool) -> 
     if as_json:
         _print_json(tools, out)
         return EXIT_OK
-    width = max((len(str(tool.get("name", ""))) for tool in tools), default=0)
-    for tool in tools:
-        print(f"{tool.get('name', '')!s:<{width}}  {tool.get('description', '')}".rstrip(), file=out)
+    names = [safe_text(tool.get("name", "")) for tool in tools]
+    width = max(map(len, names), default=0)
+    for name, tool in zip(names, tools, strict=True):
+        # A description's further lines are indented under its first: none can pass for another tool.
+        lines = safe_text(tool.get("description") or "", multiline=True).split("\n")
+        print(f"{name:<{width}}  {lines[0]}".rstrip(), file=out)
+        for line in lines[1:]:
+            print(f"{'':<{width}}  {line}".rstrip(), file=out)
     return EXIT_OK
 
 
 def _print_json(value: object, out: TextIO) -> None:
-    print(json.dumps(value, indent=2, ensure_ascii=False), file=out)
+    print(safe_json(value), file=out)

@@ -13,6 +13,8 @@ from typing import Any, Final
 from .errors import InvalidResponse
 
 TASKS_EXTENSION: Final = "io.modelcontextprotocol/tasks"
+#: The elicitation modes of 2026-07-28: a form the client renders, or a page the person opens.
+ELICITATION_MODES: Final = frozenset({"form", "url"})
 
 #: ``params`` of an ``elicitation/create`` request -> an ElicitResult (``{"action": ..., "content": ...}``).
 Elicit = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
@@ -29,12 +31,22 @@ class InputHandlers:
     roots: Roots | None = None
     #: Declare the Tasks extension (the server may then answer ``tools/call`` with a task).
     tasks: bool = True
+    #: The elicitation modes the ``elicitation`` callback handles (and that are declared).
+    elicitation_modes: frozenset[str] = frozenset({"form"})
+
+    def __post_init__(self) -> None:
+        unknown = set(self.elicitation_modes) - ELICITATION_MODES
+        if unknown or not self.elicitation_modes:
+            given = sorted(self.elicitation_modes)
+            raise ValueError(f"elicitation_modes: one or more of {sorted(ELICITATION_MODES)}, not {given}")
 
     def capabilities(self) -> dict[str, Any]:
         """``_meta["io.modelcontextprotocol/clientCapabilities"]`` for every request."""
         declared: dict[str, Any] = {}
         if self.elicitation is not None:
-            declared["elicitation"] = {}
+            # ``{}`` means form only (protocol.md §1.5), as this client always declared it.
+            form_only = self.elicitation_modes == {"form"}
+            declared["elicitation"] = {} if form_only else {mode: {} for mode in sorted(self.elicitation_modes)}
         if self.sampling is not None:
             declared["sampling"] = {}
         if self.roots is not None:
@@ -59,6 +71,11 @@ class InputHandlers:
         raw_params = request.get("params")
         params = dict(raw_params) if isinstance(raw_params, Mapping) else {}
         if method == "elicitation/create" and self.elicitation is not None:
+            mode = params.get("mode", "form")  # omitted: a form
+            if not isinstance(mode, str) or mode not in self.elicitation_modes:
+                # A mode this request did not declare never reaches the callback, written for the modes
+                # it declared: shown as a form, a URL request has no fields and would be accepted unseen.
+                return {"action": "decline"}
             return await self.elicitation(params)
         if method == "sampling/createMessage" and self.sampling is not None:
             return await self.sampling(params)
