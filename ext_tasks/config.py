@@ -61,6 +61,16 @@ class TaskOptions(_Section):
     max_active_tasks: int = 1_000
     #: Tasks one principal may have kept at once, in any status, until they expire (0: no cap).
     max_stored_tasks: int = 10_000
+    #: The encoded JSON size of the arguments a task keeps. Arguments are parameters, usually well under
+    #: 10 KiB; bulk input belongs behind a resource URI. (Inline calls keep nothing: not bounded by it.)
+    max_task_argument_bytes: int = 256 * 1024
+    #: The encoded JSON size of every answer one task keeps (after a ``tasks/update`` merge): the same
+    #: bound as a ``requestState``, which carries the same answers between MRTR rounds.
+    max_answer_bytes: int = 256 * 1024
+    #: Bytes one principal's kept tasks may hold in all (0: no cap). Ordinary tasks (a few KiB) meet the
+    #: stored-task cap long before it (10,000 x 4 KiB is 40 MiB); it stops the large ones: a thousand
+    #: tasks with the largest arguments, a size one Valkey node holds per tenant without strain.
+    max_stored_bytes: int = 256 * 1024 * 1024
     #: Refuse (429) a ``tasks/get`` sooner than half the advertised ``pollIntervalMs`` after the last one.
     poll_rate_limit: bool = False
 
@@ -293,6 +303,7 @@ class Settings(BaseSettings):
         caps = {
             "max_active_tasks": self.tasks.max_active_tasks,
             "max_stored_tasks": self.tasks.max_stored_tasks,
+            "max_stored_bytes": self.tasks.max_stored_bytes,
             "max_sessions": self.legacy.max_sessions,
             "max_waits": self.engine.max_waits,
         }
@@ -302,6 +313,20 @@ class Settings(BaseSettings):
         if self.worker.max_result_bytes < 1024 or self.valkey_max_connections < 4:
             raise ConfigError(
                 "EXT_TASKS_MAX_RESULT_BYTES must be at least 1024 and EXT_TASKS_VALKEY_MAX_CONNECTIONS at least 4"
+            )
+        self._byte_bounds()
+
+    def _byte_bounds(self) -> None:
+        tasks = self.tasks
+        if tasks.max_task_argument_bytes < 1024 or tasks.max_answer_bytes < 1024:
+            raise ConfigError("EXT_TASKS_MAX_TASK_ARGUMENT_BYTES and EXT_TASKS_MAX_ANSWER_BYTES must be at least 1024")
+        # One task of the largest size must fit, or a principal could be refused its first task.
+        largest = tasks.max_task_argument_bytes + tasks.max_answer_bytes + self.worker.max_result_bytes
+        if 0 < tasks.max_stored_bytes < max(largest, 1024 * 1024):
+            raise ConfigError(
+                "EXT_TASKS_MAX_STORED_BYTES must be 0 (no cap) or at least 1 MiB and at least "
+                "EXT_TASKS_MAX_TASK_ARGUMENT_BYTES + EXT_TASKS_MAX_ANSWER_BYTES + EXT_TASKS_MAX_RESULT_BYTES "
+                f"({largest}), so that one task of the largest size fits"
             )
 
     def _limits(self) -> None:
