@@ -145,6 +145,10 @@ class OwnerPlaces(Protocol):
         """Forget a place (and its bytes) at once."""
         ...
 
+    async def charged(self, owner: str) -> int:
+        """The bytes ``owner``'s places are charged now (lapsed places count until a cap forgets them)."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class ExistingTask:

@@ -134,7 +134,6 @@ class MemoryPlaces:
             "bytes": sum(ledger.total for ledger in ledgers),
         }
 
-    def charged(self, owner: str) -> int:
-        """The bytes ``owner``'s places are charged now (lapsed ones included until they are forgotten)."""
+    async def charged(self, owner: str) -> int:
         ledger = self._owners.get(owner)
         return 0 if ledger is None else ledger.total

@@ -227,7 +227,6 @@ class ValkeyPlaces:
             await self._give_back(keys=self._keys_of(owner), args={"member": member})
 
     async def charged(self, owner: str) -> int:
-        """The bytes ``owner``'s places are charged now (lapsed ones included until they are forgotten)."""
         with unavailable_on_connection_errors():
             total = await self._client.hget(self.keys.owner_bytes(owner), TOTAL)
         return int(total or 0)
