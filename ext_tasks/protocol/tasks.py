@@ -36,6 +36,9 @@ MAX_STATUS_CHARS: Final = 1024
 TASK_CAPABILITIES: Final = ("elicitation", "sampling", "roots", "experimental", "extensions")
 #: The most a task (or a legacy session) keeps of them, as encoded JSON.
 MAX_CAPABILITY_BYTES: Final = 16 * 1024
+#: The most a failed task keeps of its error's ``data``, as encoded JSON (its message is cut like a
+#: status message): a tool's error is an outcome, bounded like a result.
+MAX_ERROR_DATA_BYTES: Final = 16 * 1024
 #: What a record keeps besides its structured fields (ids, times, counters, field names), roughly.
 _RECORD_OVERHEAD: Final = 256
 _encoder: Final = msgspec.json.Encoder()
@@ -124,6 +127,18 @@ def result_too_large(size: int, limit: int) -> dict[str, Any]:
     ).to_error()
 
 
+def bounded_error(error: Mapping[str, Any]) -> dict[str, Any]:
+    """``error`` as a failed task keeps it: its message cut to :data:`MAX_STATUS_CHARS` characters, its
+    ``data`` dropped if larger than :data:`MAX_ERROR_DATA_BYTES`."""
+    kept = dict(error)
+    message = kept.get("message")
+    if isinstance(message, str):
+        kept["message"] = bounded_status(message)
+    if "data" in kept and encoded_size(kept["data"]) > MAX_ERROR_DATA_BYTES:
+        del kept["data"]
+    return kept
+
+
 def failure_status(error: Mapping[str, Any]) -> str:
     """The ``statusMessage`` of a task that failed with ``error``."""
     return bounded_status(f"Task failed: {error.get('message', 'error')}")
@@ -200,8 +215,9 @@ def completed(record: TaskRecord, result: dict[str, Any], now_ms: int) -> TaskRe
 
 
 def failed(record: TaskRecord, error: dict[str, Any], now_ms: int) -> TaskRecord:
+    kept = bounded_error(error)
     return transition(
-        record, TaskEvent.FAILED, now_ms, error=error, status_message=failure_status(error), input_requests={}
+        record, TaskEvent.FAILED, now_ms, error=kept, status_message=failure_status(kept), input_requests={}
     )
 
 

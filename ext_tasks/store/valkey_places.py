@@ -12,10 +12,13 @@ Lapsed places are forgotten, and their bytes given back, only when a cap is reac
 or the budget): a creation below every cap costs no scan. Both keys expire with the owner's
 longest-lived place.
 
-Commands per task (inner commands of the scripts, with a byte budget): taking a place is one script of
-about 7 (``ZCARD``, ``ZCOUNT``, ``HGET``, ``HSET``, ``HINCRBY``, ``ZADD``, two ``PEXPIREAT``); settling
-one is one script of 4 (``ZADD XX``, ``HGET``, ``HSET``, ``HINCRBY``), in place of the single ``ZADD XX``
-of a count-only settle; growing one (``tasks/update``) is one script of 1 to 3.
+Commands per task, with a byte budget (inner commands of the scripts; round trips unchanged): taking a
+place is one script of 8 (``ZCARD``, ``ZCOUNT``, ``HGET``, ``HSET``, ``HINCRBY``, ``ZADD`` and a
+``PEXPIREAT`` per key; 10 when a key's expiry is not extended, a count-only take is 4 to 5); settling
+one is one script of 4 (``ZADD XX``, ``HGET``, ``HSET``, ``HINCRBY``; 2 without a budget) where one
+``ZADD XX`` was before; growing one before ``tasks/update`` merges answers is one more round trip, a script
+of 1 to 4 (the task's record and its owner's places are in different slots, so the growth cannot ride
+in the commit's script).
 """
 
 from __future__ import annotations

@@ -69,7 +69,7 @@ def tools() -> ToolRegistry:
 
     @registry.tool(task="required")
     async def breaks(size: int) -> str:
-        raise InternalError("e" * size)
+        raise InternalError("e" * size, data={"trace": "t" * size})
 
     @registry.tool(task="required")
     async def checks(ctx: Context) -> str:
@@ -235,7 +235,7 @@ async def test_a_status_message_is_cut_to_1024_characters_with_an_ellipsis() -> 
     assert seen[10 * MIB] == "s" * (MAX_STATUS_CHARS - 1) + "…"
 
 
-async def test_a_failed_tasks_status_message_is_cut_too() -> None:
+async def test_a_failed_tasks_status_message_and_error_are_cut_too() -> None:
     served = Served()
     created = await served.start("breaks", {"size": 5 * MIB})
     assert created.message is not None
@@ -243,6 +243,9 @@ async def test_a_failed_tasks_status_message_is_cut_too() -> None:
     assert done is not None and done.status is TaskStatus.FAILED
     assert done.status_message is not None and len(done.status_message) == MAX_STATUS_CHARS
     assert done.status_message.startswith("Task failed: eee") and done.status_message.endswith("…")
+    assert done.error is not None and done.error["code"] == -32603
+    assert done.error["message"] == "e" * (MAX_STATUS_CHARS - 1) + "…" and "data" not in done.error
+    assert stored_bytes(done) < 8 * 1024
 
 
 # --- capabilities -------------------------------------------------------------------------------------------
