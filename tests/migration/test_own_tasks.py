@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from ext_tasks import Context
-from ext_tasks.config import WorkerOptions
+from ext_tasks import Context, ToolRegistry
+from ext_tasks.compose import Runtime
+from ext_tasks.config import Settings, WorkerOptions
 from ext_tasks.protocol.tasks import encoded_size
 from tests.migration.shim_support import BOB, Legacy, LegacyClient, json_of
 
@@ -103,3 +104,9 @@ async def test_behind_a_proxy_the_session_store_counts_them_itself() -> None:
         assert await legacy.store.places.charged("alice") == 0
     finally:
         await legacy.close()
+
+
+def test_ext_tasks_serve_counts_them_in_the_task_stores_places() -> None:
+    runtime = Runtime(ToolRegistry("composed"), Settings())
+    assert runtime.shim is not None
+    assert runtime.shim.tasks.own.places is runtime.store.places
