@@ -61,15 +61,12 @@ class TaskOptions(_Section):
     max_active_tasks: int = 1_000
     #: Tasks one principal may have kept at once, in any status, until they expire (0: no cap).
     max_stored_tasks: int = 10_000
-    #: The encoded JSON size of the arguments a task keeps. Arguments are parameters, usually well under
-    #: 10 KiB; bulk input belongs behind a resource URI. (Inline calls keep nothing: not bounded by it.)
+    #: The encoded JSON size of the arguments a task keeps (inline calls keep none; bulk input: a URI).
     max_task_argument_bytes: int = 256 * 1024
-    #: The encoded JSON size of every answer one task keeps (after a ``tasks/update`` merge): the same
-    #: bound as a ``requestState``, which carries the same answers between MRTR rounds.
+    #: The encoded JSON size of all answers a task keeps: a ``requestState``'s bound (the same answers).
     max_answer_bytes: int = 256 * 1024
-    #: Bytes one principal's kept tasks may hold in all (0: no cap). Ordinary tasks (a few KiB) meet the
-    #: stored-task cap long before it (10,000 x 4 KiB is 40 MiB); it stops the large ones: a thousand
-    #: tasks with the largest arguments, a size one Valkey node holds per tenant without strain.
+    #: Bytes one principal's kept tasks may hold in all (0: no cap); ordinary tasks meet the stored-task
+    #: cap first, this stops large ones (a thousand with the largest arguments).
     max_stored_bytes: int = 256 * 1024 * 1024
     #: Refuse (429) a ``tasks/get`` sooner than half the advertised ``pollIntervalMs`` after the last one.
     poll_rate_limit: bool = False
@@ -314,19 +311,12 @@ class Settings(BaseSettings):
             raise ConfigError(
                 "EXT_TASKS_MAX_RESULT_BYTES must be at least 1024 and EXT_TASKS_VALKEY_MAX_CONNECTIONS at least 4"
             )
-        self._byte_bounds()
-
-    def _byte_bounds(self) -> None:
-        tasks = self.tasks
-        if tasks.max_task_argument_bytes < 1024 or tasks.max_answer_bytes < 1024:
-            raise ConfigError("EXT_TASKS_MAX_TASK_ARGUMENT_BYTES and EXT_TASKS_MAX_ANSWER_BYTES must be at least 1024")
-        # One task of the largest size must fit, or a principal could be refused its first task.
-        largest = tasks.max_task_argument_bytes + tasks.max_answer_bytes + self.worker.max_result_bytes
-        if 0 < tasks.max_stored_bytes < max(largest, 1024 * 1024):
+        tasks = self.tasks  # one task of the largest size must fit in the byte budget, or none would
+        largest = max(1 << 20, tasks.max_task_argument_bytes + tasks.max_answer_bytes + self.worker.max_result_bytes)
+        if min(tasks.max_task_argument_bytes, tasks.max_answer_bytes) < 1024 or 0 < tasks.max_stored_bytes < largest:
             raise ConfigError(
-                "EXT_TASKS_MAX_STORED_BYTES must be 0 (no cap) or at least 1 MiB and at least "
-                "EXT_TASKS_MAX_TASK_ARGUMENT_BYTES + EXT_TASKS_MAX_ANSWER_BYTES + EXT_TASKS_MAX_RESULT_BYTES "
-                f"({largest}), so that one task of the largest size fits"
+                "EXT_TASKS_MAX_TASK_ARGUMENT_BYTES and EXT_TASKS_MAX_ANSWER_BYTES must be at least 1024, and "
+                f"EXT_TASKS_MAX_STORED_BYTES 0 (no cap) or at least {largest} (1 MiB, and a task of the largest size)"
             )
 
     def _limits(self) -> None:
