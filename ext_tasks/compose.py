@@ -27,7 +27,7 @@ from .engine import Engine
 from .protocol.errors import Busy
 from .protocol.resume import ResumeCodec
 from .replies import RequestHandler
-from .store.base import TaskStore, TaskStoreUnavailable
+from .store.base import OwnerPlaces, TaskStore, TaskStoreUnavailable
 from .store.memory import MemoryTaskStore
 from .task_methods import TaskMethods
 from .tools import ToolRegistry
@@ -109,7 +109,8 @@ def build_store(settings: Settings, shared: SharedValkey | None = None) -> TaskS
 
     shared = shared or SharedValkey(settings)
     # No cap configured: owners' places are not kept, so a finished task has none to give back.
-    capped = settings.tasks.max_active_tasks > 0 or settings.tasks.max_stored_tasks > 0
+    tasks = settings.tasks
+    capped = tasks.max_active_tasks > 0 or tasks.max_stored_tasks > 0 or tasks.max_stored_bytes > 0
     return ValkeyTaskStore(shared.topology, owner_places=capped, **shared.on())
 
 
@@ -152,12 +153,20 @@ def build_shim(
     *,
     instructions: str | None = None,
     waits: WaitLimit | None = None,
+    places: OwnerPlaces | None = None,
 ) -> LegacyShim:
-    """The 2025-11-25 front end over ``upstream`` (this server's engine, or a remote server)."""
+    """The 2025-11-25 front end over ``upstream`` (this server's engine, or a remote server); the tasks
+    it keeps itself count in ``places`` (the task store's), else in the session store's own."""
     options = ShimOptions(
-        server_info=server_info, instructions=instructions, legacy=settings.legacy, engine=settings.engine
+        server_info=server_info,
+        instructions=instructions,
+        legacy=settings.legacy,
+        engine=settings.engine,
+        tasks=settings.tasks,
+        worker=settings.worker,
     )
-    return LegacyShim(upstream, sessions, codec, options, waits=waits or WaitLimit(settings.engine.max_waits))
+    waits = waits or WaitLimit(settings.engine.max_waits)
+    return LegacyShim(upstream, sessions, codec, options, waits=waits, places=places)
 
 
 class Runtime:
@@ -184,6 +193,7 @@ class Runtime:
                 info,
                 instructions=engine.registry.instructions,
                 waits=engine.waits,
+                places=self.store.places,
             )
 
     @property

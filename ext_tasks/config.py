@@ -66,6 +66,13 @@ class TaskOptions(_Section):
     max_active_tasks: int = 1_000
     #: Tasks one principal may have kept at once, in any status, until they expire (0: no cap).
     max_stored_tasks: int = 10_000
+    #: The encoded JSON size of the arguments a task keeps (inline calls keep none; bulk input: a URI).
+    max_task_argument_bytes: int = 256 * 1024
+    #: The encoded JSON size of all answers a task keeps: a ``requestState``'s bound (the same answers).
+    max_answer_bytes: int = 256 * 1024
+    #: Bytes one principal's kept tasks may hold in all (0: no cap); ordinary tasks meet the stored-task
+    #: cap first, this stops large ones (a thousand with the largest arguments).
+    max_stored_bytes: int = 256 * 1024 * 1024
     #: Refuse (429) a ``tasks/get`` sooner than half the advertised ``pollIntervalMs`` after the last one.
     poll_rate_limit: bool = False
 
@@ -298,6 +305,7 @@ class Settings(BaseSettings):
         caps = {
             "max_active_tasks": self.tasks.max_active_tasks,
             "max_stored_tasks": self.tasks.max_stored_tasks,
+            "max_stored_bytes": self.tasks.max_stored_bytes,
             "max_sessions": self.legacy.max_sessions,
             "max_waits": self.engine.max_waits,
         }
@@ -307,6 +315,13 @@ class Settings(BaseSettings):
         if self.worker.max_result_bytes < 1024 or self.valkey_max_connections < 4:
             raise ConfigError(
                 "EXT_TASKS_MAX_RESULT_BYTES must be at least 1024 and EXT_TASKS_VALKEY_MAX_CONNECTIONS at least 4"
+            )
+        tasks = self.tasks  # one task of the largest size must fit in the byte budget, or none would
+        largest = max(1 << 20, tasks.max_task_argument_bytes + tasks.max_answer_bytes + self.worker.max_result_bytes)
+        if min(tasks.max_task_argument_bytes, tasks.max_answer_bytes) < 1024 or 0 < tasks.max_stored_bytes < largest:
+            raise ConfigError(
+                "EXT_TASKS_MAX_TASK_ARGUMENT_BYTES and EXT_TASKS_MAX_ANSWER_BYTES must be at least 1024, and "
+                f"EXT_TASKS_MAX_STORED_BYTES 0 (no cap) or at least {largest} (1 MiB, and a task of the largest size)"
             )
 
     def _limits(self) -> None:

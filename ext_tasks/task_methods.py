@@ -7,6 +7,12 @@ decoded, ``protocol.requests``); an unknown task, an
 expired one and one of another principal answer -32602, the last exactly like an unknown one;
 ``tasks/update`` ignores keys that are not outstanding and acknowledges with an empty result;
 ``tasks/cancel`` acknowledges terminal tasks idempotently.
+
+What a client makes a task keep is bounded before anything is stored: its arguments
+(``EXT_TASKS_MAX_TASK_ARGUMENT_BYTES``), its answers after each merge (``EXT_TASKS_MAX_ANSWER_BYTES``)
+and the capabilities kept (only those tools use, at most 16 KiB) answer -32602 (HTTP 413) past their
+bound; the bytes all of a principal's tasks keep (``EXT_TASKS_MAX_STORED_BYTES``) answer 429 like the
+count caps (see ``store.places`` for what is charged when).
 """
 
 from __future__ import annotations
@@ -25,18 +31,21 @@ from .config import TaskOptions
 from .context import Emit
 from .lifecycle import principal_tag, task_event
 from .protocol.envelope import Envelope
-from .protocol.errors import Busy, InvalidParams, LimitExceeded
+from .protocol.errors import Busy, InvalidParams, LimitExceeded, ParamsTooLarge
 from .protocol.jsonrpc import Result
 from .protocol.requests import Call, TaskRef, TaskUpdate
 from .protocol.resume import digest_arguments
 from .protocol.states import TaskEvent, TaskStatus
 from .protocol.tasks import (
+    MAX_CAPABILITY_BYTES,
     TaskRecord,
     answers_merged,
     attempts_meta,
     cancelled,
     delivered,
     detailed_task_wire,
+    encoded_size,
+    kept_capabilities,
     poll_interval,
     status_only_wire,
     task_wire,
@@ -47,11 +56,13 @@ from .store.base import (
     ExistingTask,
     Expired,
     IdempotencyClaim,
+    OverCap,
     TaskStore,
     TooManyActiveTasks,
     TooManyStoredTasks,
 )
 from .store.keys import new_task_id
+from .store.places import place_of
 from .tools import Tool
 
 logger = logging.getLogger("ext_tasks.lifecycle")
@@ -63,6 +74,38 @@ COMMIT_BUDGET_S: Final = 5.0
 
 #: Where ``server/discover`` publishes the task policy (this project's own ``_meta`` namespace).
 META_TASK_POLICY: Final = "dev.ext-tasks/taskPolicy"
+
+
+def refusal(over: OverCap, options: TaskOptions) -> LimitExceeded:
+    """What a caller past one of its caps is told (HTTP 429, -31429, ``data.limit`` naming the cap)."""
+    if isinstance(over, TooManyActiveTasks):
+        return LimitExceeded(
+            f"Too many unfinished tasks for this caller (the limit is {options.max_active_tasks}); wait for "
+            "some to finish",
+            limit="max_active_tasks",
+            # Tasks take a while to finish: suggest the slowest poll cadence as the wait.
+            retry_after_s=math.ceil(options.poll_interval_max_ms / 1000),
+        )
+    if isinstance(over, TooManyStoredTasks):
+        return LimitExceeded(
+            f"Too many stored tasks for this caller (the limit is {options.max_stored_tasks}, in any status, "
+            "until they expire); wait for some to expire",
+            limit="max_stored_tasks",
+            retry_after_s=60,
+        )
+    return LimitExceeded(
+        f"This caller's tasks keep too many bytes (the limit is {options.max_stored_bytes} in all, until "
+        "they expire); wait for some to expire",
+        limit="max_stored_bytes",
+        retry_after_s=60,
+    )
+
+
+def check_size(part: str, value: Any, limit: int, setting: str) -> None:
+    """Refuse (-32602, HTTP 413) ``value`` if its encoded JSON is larger than ``limit`` bytes."""
+    size = encoded_size(value)
+    if size > limit:
+        raise ParamsTooLarge(part, size, limit, setting=setting)
 
 
 def _scoped(scope: str, value: str) -> str:
@@ -107,6 +150,11 @@ class TaskMethods:
         principal within the window answers the task the first send created, and starts nothing; the
         same key with another tool or other arguments is refused with -32602.
         """
+        options = self.options
+        check_size("argument", arguments, options.max_task_argument_bytes, "EXT_TASKS_MAX_TASK_ARGUMENT_BYTES")
+        capabilities = kept_capabilities(envelope.client_capabilities)
+        check_size("capability", capabilities, MAX_CAPABILITY_BYTES, "")
+        check_size("answer", answers or {}, options.max_answer_bytes, "EXT_TASKS_MAX_ANSWER_BYTES")
         now = self._clock_ms()
         ttl_ms = self.ttl_for(tool, envelope.ttl_hint_ms)
         claim = None
@@ -131,33 +179,24 @@ class TaskMethods:
             poll_interval_ms=self.options.poll_interval_ms,
             poll_max_ms=tool.poll_max_ms or self.options.poll_interval_max_ms,
             sensitive=tool.sensitive,
-            client_capabilities=dict(envelope.client_capabilities),
+            client_capabilities=capabilities,
             answers=dict(answers or {}),
             state=state,
         )
-        cap, stored_cap = self.options.max_active_tasks, self.options.max_stored_tasks
-        limit = ActiveLimit(cap, now, stored_cap) if cap > 0 or stored_cap > 0 else None
+        limit = self._limit(now)
         try:
-            existing = await self.store.create(record, claim, limit)
-        except TooManyActiveTasks:
-            raise LimitExceeded(
-                f"Too many unfinished tasks for this caller (the limit is {cap}); wait for some to finish",
-                limit="max_active_tasks",
-                # Tasks take a while to finish: suggest the slowest poll cadence as the wait.
-                retry_after_s=math.ceil(self.options.poll_interval_max_ms / 1000),
-            ) from None
-        except TooManyStoredTasks:
-            raise LimitExceeded(
-                f"Too many stored tasks for this caller (the limit is {stored_cap}, in any status, until they "
-                "expire); wait for some to expire",
-                limit="max_stored_tasks",
-                retry_after_s=60,
-            ) from None
+            existing = await self.store.create(record, claim, limit if limit.counts else None)
+        except OverCap as over:
+            raise refusal(over, options) from None
         if existing is not None:
             assert claim is not None
             return await self._resent(existing, claim, principal)
         task_event(None, TaskEvent.CREATED, record, ttl_ms=ttl_ms)
         return {"resultType": "task", **task_wire(record, now)}
+
+    def _limit(self, now_ms: int) -> ActiveLimit:
+        options = self.options
+        return ActiveLimit(options.max_active_tasks, now_ms, options.max_stored_tasks, options.max_stored_bytes)
 
     async def _resent(self, existing: ExistingTask, claim: IdempotencyClaim, principal: Principal) -> Result:
         if existing.fingerprint != claim.fingerprint:
@@ -220,15 +259,29 @@ class TaskMethods:
         responses = call.params.answers
         first = await self._find(call.params.task_id, principal)
         async for record in self._attempts(first, principal, "update"):
-            merged = answers_merged(record, responses, self._clock_ms())
+            now = self._clock_ms()
+            merged = answers_merged(record, responses, now)
             if merged is None:
                 return dict(_ACK)  # nothing outstanding was answered: ignored, as the spec asks
+            await self._charge_answers(merged, now)
             resumed = merged.status is TaskStatus.WORKING
             event = TaskEvent.INPUT_PROVIDED if resumed else TaskEvent.ANSWERED
             if await self.store.commit(record, merged, enqueue=resumed):
                 task_event(record.status, event, merged, keys=len(responses))
                 return dict(_ACK)
         raise AssertionError("unreachable: _attempts raises when it gives up")
+
+    async def _charge_answers(self, merged: TaskRecord, now_ms: int) -> None:
+        """Refuse answers that would make the task, or its owner, keep more than allowed; else charge the
+        owner for them before they are merged (a merge that then loses its race leaves the charge,
+        which errs toward refusing until the task settles its exact size)."""
+        options = self.options
+        check_size("answer", merged.answers, options.max_answer_bytes, "EXT_TASKS_MAX_ANSWER_BYTES")
+        if options.max_stored_bytes > 0:
+            try:
+                await self.store.places.grow(place_of(merged), self._limit(now_ms))
+            except OverCap as over:
+                raise refusal(over, options) from None
 
     async def cancel(self, call: Call[TaskRef], principal: Principal, emit: Emit) -> Result:
         first = await self._find(call.params.task_id, principal)

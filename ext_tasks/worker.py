@@ -49,6 +49,7 @@ from .protocol.tasks import (
     failed,
     input_requested,
     rerun_requested,
+    result_too_large,
     status_reported,
 )
 from .protocol.versions import MODERN_2026_07_28
@@ -357,11 +358,8 @@ class Worker:
         size = len(_encoder.encode(result))
         if size > self.options.max_result_bytes:
             logger.warning("tool %s returned %d bytes for task %s: too large to keep", tool.name, size, record.task_id)
-            error = InternalError(
-                f"The tool's result is too large to keep ({size} bytes; the limit is "
-                f"{self.options.max_result_bytes}, EXT_TASKS_MAX_RESULT_BYTES)"
-            )
-            return TaskEvent.FAILED, failed(holder.working, error.to_error(), self._clock_ms())
+            error = result_too_large(size, self.options.max_result_bytes)
+            return TaskEvent.FAILED, failed(holder.working, error, self._clock_ms())
         return TaskEvent.SUCCEEDED, completed(holder.working, result, self._clock_ms())
 
 

@@ -1,7 +1,8 @@
 """The 2025-11-25 task methods of the shim: ``tasks/get``, ``tasks/result``, ``tasks/list``,
 ``tasks/cancel``, and the tasks the shim makes itself when an upstream answers a task-augmented call
 inline. Each translates into the 2026-07-28 extension (``tasks/get``, ``tasks/update``, ``tasks/cancel``)
-through the same upstream as the rest of the shim.
+through the same upstream as the rest of the shim. The tasks the shim keeps itself are
+:mod:`.own_tasks`'.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 from typing import Any, Final
 
 from ext_tasks.auth import Caller
@@ -21,6 +21,7 @@ from ext_tasks.protocol.jsonrpc import Request, notification_message, result_mes
 from ext_tasks.protocol.resume import Binding, ResumeCodec
 from ext_tasks.waits import WaitLimit
 
+from .own_tasks import SHIM_TASK_PREFIX, OwnTasks
 from .sessions import LegacySession, SessionStore
 from .translate import (
     TERMINAL,
@@ -39,10 +40,6 @@ ModernFor = Callable[..., ModernCall]
 SendForResponse = Callable[[ModernCall, Caller], Awaitable[Message]]
 
 _LIST_PAGE: Final = 50
-#: Ids of tasks the shim made itself from inline answers; they live in the session store. (A random
-#: engine id starting with these 12 characters has a chance of 64**-12.)
-_SHIM_TASK_PREFIX: Final = "shim-inline-"
-_SHIM_TASK_TTL_MS: Final = 3_600_000
 #: How long a stream holds a question it relayed without renewing it (it renews while it lives).
 _HOLD_MS: Final = 30_000
 
@@ -172,28 +169,24 @@ class LegacyTasks:
     ``final(call, caller)`` sends it and returns its response (both the shim's)."""
 
     def __init__(
-        self, sessions: SessionStore, codec: ResumeCodec, modern: ModernFor, final: SendForResponse, waits: WaitLimit
+        self,
+        sessions: SessionStore,
+        codec: ResumeCodec,
+        modern: ModernFor,
+        final: SendForResponse,
+        waits: WaitLimit,
+        own: OwnTasks,
     ) -> None:
         self.sessions = sessions
         self.codec = codec
         self._modern = modern
         self._final = final
         self._waits = waits
+        self.own = own
 
     async def inline_as_task(self, session: LegacySession, params: Mapping[str, Any], result: Message) -> Message:
-        now = _iso_now()
-        hint = (params.get("task") or {}).get("ttl")
-        ttl: int = hint if isinstance(hint, int) and not isinstance(hint, bool) and hint > 0 else _SHIM_TASK_TTL_MS
-        created: Message = {
-            "taskId": f"{_SHIM_TASK_PREFIX}{secrets.token_urlsafe(18)}",
-            "status": "completed",
-            "createdAt": now,
-            "lastUpdatedAt": now,
-            "ttlMs": ttl,
-            "result": {key: value for key, value in result.items() if key != "resultType"},
-            "scope": session.task_scope,
-        }
-        await self.sessions.save_task(created, ttl)
+        """Keep an inline answer to a task-augmented call as a finished task of the shim's own."""
+        created = await self.own.keep(session, params, result)
         await self.register(session, created["taskId"])
         return created
 
@@ -210,7 +203,7 @@ class LegacyTasks:
     async def task(self, session: LegacySession, task_id: str, caller: Caller, *, outcome: bool = False) -> Message:
         """The modern ``DetailedTask``. Only ``outcome=True`` (``tasks/result``, which hands the outcome
         out) counts as delivering it; a status read leaves a sensitive task's lifetime alone."""
-        if task_id.startswith(_SHIM_TASK_PREFIX):
+        if task_id.startswith(SHIM_TASK_PREFIX):
             own = await self.sessions.load_task(task_id)
             if own is None or own.get("scope") != session.task_scope:
                 raise InvalidParams("Failed to retrieve task: Task not found")
@@ -332,7 +325,3 @@ class LegacyTasks:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def _iso_now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

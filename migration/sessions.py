@@ -6,8 +6,10 @@ the client's answers to relayed server→client requests (which may reach anothe
 holding the waiting stream) and notifications for the session's GET stream.
 
 Everything a client can make the store keep is bounded: sessions per principal (``create``'s cap),
-each session's size (only the capabilities the shim uses are kept), and, in the memory store, every map
-by expiry (:meth:`MemorySessionStore.sweep`, run periodically) and by a hard ceiling.
+each session's size (only the capabilities the shim uses are kept), the tasks the shim keeps itself
+(counted by the owners' :attr:`SessionStore.places` when the shim has no task store's), and, in the
+memory store, every map by expiry (:meth:`MemorySessionStore.sweep`, run periodically) and by a hard
+ceiling.
 """
 
 from __future__ import annotations
@@ -21,7 +23,10 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final, Protocol
 
+from ext_tasks.protocol.tasks import kept_capabilities as _kept
+from ext_tasks.store.base import OwnerPlaces
 from ext_tasks.store.ceilings import CEILING, within_ceiling
+from ext_tasks.store.places import MemoryPlaces
 
 #: What a subscriber of the session bus gets after the bus was reconnected: messages may have been
 #: missed meanwhile, so a stream re-reads what it follows.
@@ -74,9 +79,7 @@ def new_session_id() -> str:
 def kept_capabilities(capabilities: object) -> dict[str, Any]:
     """The part of a client's ``initialize`` capabilities a session keeps: the shim needs no more, and a
     client must not make the store keep arbitrary JSON for the session's whole life."""
-    if not isinstance(capabilities, dict):
-        return {}
-    return {name: capabilities[name] for name in KEPT_CAPABILITIES if isinstance(capabilities.get(name), dict)}
+    return _kept(capabilities, KEPT_CAPABILITIES)
 
 
 def client_identity(client_info: object) -> dict[str, str] | None:
@@ -92,6 +95,11 @@ def client_identity(client_info: object) -> dict[str, str] | None:
 
 
 class SessionStore(Protocol):
+    @property
+    def places(self) -> OwnerPlaces:
+        """Owners' places for the tasks the shim keeps itself, when it is given no task store's."""
+        ...
+
     async def create(self, session: LegacySession, cap: int) -> None:
         """Keep a new session, unless its principal already has ``cap`` live ones (0: no cap): then
         raise :class:`TooManySessions`."""
@@ -155,6 +163,7 @@ class MemorySessionStore:
         self._tasks: dict[str, tuple[dict[str, Any], float]] = {}
         self._held: dict[str, tuple[str, float]] = {}
         self._sweeper: asyncio.Task[None] | None = None
+        self.places = MemoryPlaces()
 
     def _start_sweeping(self) -> None:
         if self._sweeper is None:
@@ -177,6 +186,7 @@ class MemorySessionStore:
         self._cancelled = within_ceiling({key: until for key, until in self._cancelled.items() if until > now})
         self._tasks = within_ceiling({key: value for key, value in self._tasks.items() if value[1] > now})
         self._held = within_ceiling({key: value for key, value in self._held.items() if value[1] > now})
+        self.places.sweep()
         for scope in list(self._index):
             live = {task_id: entry for task_id, entry in self._index[scope].items() if entry[1] > now}
             if live:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ext_tasks.auth import Caller
-from ext_tasks.config import EngineOptions, LegacyOptions
+from ext_tasks.config import EngineOptions, LegacyOptions, TaskOptions, WorkerOptions
 from ext_tasks.protocol.envelope import LOG_LEVELS
 from ext_tasks.protocol.errors import (
     Busy,
@@ -43,12 +43,15 @@ from ext_tasks.protocol.jsonrpc import (
     result_message,
 )
 from ext_tasks.protocol.resume import ResumeCodec
+from ext_tasks.protocol.tasks import MAX_CAPABILITY_BYTES
 from ext_tasks.replies import JsonReply, Reply, StreamReply, chained
+from ext_tasks.store.base import OwnerPlaces
 from ext_tasks.waits import WaitLimit
 
 from .get_stream import GetStream
 from .legacy_calls import LegacyCalls
 from .legacy_tasks import LegacyTasks
+from .own_tasks import OwnTasks
 from .sessions import LegacySession, SessionStore, TooManySessions, client_identity, kept_capabilities, new_session_id
 from .translate import (
     legacy_result,
@@ -64,7 +67,7 @@ from .upstream import ModernCall, ModernUpstream
 logger = logging.getLogger("ext_tasks.migration")
 
 Message = dict[str, Any]
-_MAX_CAPABILITIES_CHARS: Final = 16_384
+_MAX_CAPABILITIES_CHARS: Final = MAX_CAPABILITY_BYTES
 _MAX_SUBSCRIPTIONS: Final = 100
 _PASSTHROUGH: Final = frozenset(
     {"tools/list", "prompts/list", "resources/list", "resources/templates/list", "completion/complete"}
@@ -90,6 +93,9 @@ class ShimOptions:
     #: The settings' legacy section (sessions per principal) and engine section (the streams' keep-alive).
     legacy: LegacyOptions = field(default_factory=LegacyOptions)
     engine: EngineOptions = field(default_factory=EngineOptions)
+    #: The task policy and the result limit, which bound the tasks the shim keeps itself.
+    tasks: TaskOptions = field(default_factory=TaskOptions)
+    worker: WorkerOptions = field(default_factory=WorkerOptions)
 
 
 class LegacyShim:
@@ -101,12 +107,16 @@ class LegacyShim:
         options: ShimOptions,
         *,
         waits: WaitLimit | None = None,
+        places: OwnerPlaces | None = None,
     ) -> None:
+        """``places`` count the tasks the shim keeps itself (the engine's task store's, when it has
+        one: they then count with the principal's tasks); by default the session store's own."""
         self.upstream = upstream
         self.sessions = sessions
         self.options = options
         self.waits = waits or WaitLimit()
-        self.tasks = LegacyTasks(sessions, codec, self._modern, self._final, self.waits)
+        own = OwnTasks(sessions, places or sessions.places, options.tasks, options.worker.max_result_bytes)
+        self.tasks = LegacyTasks(sessions, codec, self._modern, self._final, self.waits, own)
         self.calls = LegacyCalls(upstream, sessions, self.tasks, self._modern, options.input_timeout_s)
         self._handlers: dict[str, Callable[[Request, LegacySession, Caller], AsyncIterator[Message]]] = {
             "ping": self._ping,

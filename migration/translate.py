@@ -21,7 +21,7 @@ from ext_tasks.protocol.errors import (
 )
 from ext_tasks.protocol.states import LEGACY_STATUS, LEGACY_TERMINAL, TaskStatus
 from ext_tasks.protocol.states import legacy_status as legacy_status_of
-from ext_tasks.protocol.tasks import EXTENSION_ID
+from ext_tasks.protocol.tasks import EXTENSION_ID, bounded_status
 from ext_tasks.protocol.versions import META_RELATED_TASK, META_SERVER_INFO
 
 LEGACY_VERSIONS: Final[tuple[str, ...]] = ("2025-11-25", "2025-06-18", "2025-03-26")
@@ -31,7 +31,6 @@ TERMINAL: Final = LEGACY_TERMINAL
 _MODERN_ONLY_RESULT_FIELDS: Final = ("resultType", "ttlMs", "cacheScope")
 #: Client capabilities that mean the same in both eras (``tasks`` does not carry over: SEP-2663).
 _SHARED_CLIENT_CAPABILITIES: Final = ("elicitation", "sampling", "roots", "experimental")
-_STATUS_MESSAGE_CHARS: Final = 1_000
 
 
 def negotiate_version(requested: object) -> str:
@@ -117,8 +116,7 @@ def legacy_task(task: Mapping[str, Any], *, cancelled_by_legacy: bool = False) -
 
 def _error_text(result: Mapping[str, Any]) -> str:
     texts = [block.get("text") for block in result.get("content") or () if isinstance(block, dict)]
-    text = " ".join(item for item in texts if isinstance(item, str)) or "The tool reported an error"
-    return text if len(text) <= _STATUS_MESSAGE_CHARS else text[: _STATUS_MESSAGE_CHARS - 1] + "…"
+    return bounded_status(" ".join(item for item in texts if isinstance(item, str)) or "The tool reported an error")
 
 
 def legacy_create_task_result(created: Mapping[str, Any]) -> dict[str, Any]:

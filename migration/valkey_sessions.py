@@ -24,6 +24,7 @@ from ext_tasks.store.codec import decode_json, encode_json
 from ext_tasks.store.keys import KeySchema
 from ext_tasks.store.plumbing import MAX_CONNECTIONS, Topology, unavailable_on_connection_errors
 from ext_tasks.store.scripts import Script
+from ext_tasks.store.valkey_places import ValkeyPlaces
 
 from .sessions import RECONNECTED, LegacySession, TooManySessions
 
@@ -99,6 +100,9 @@ class ValkeySessionStore:
         self._let_go = LET_GO.bind(self._client)
         self._take_place = TAKE_PLACE.bind(self._client)
         self._publish = PUBLISH.bind(self._client)
+        #: On the task store's keys (same schema): a proxy sharing a server's Valkey and prefix counts
+        #: with the server's places; on its own, it counts the shim's tasks by itself.
+        self.places = ValkeyPlaces(self._client, self._keys)
 
     async def create(self, session: LegacySession, cap: int) -> None:
         ttl_ms = self._ttl_s * 1000

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 
-from ext_tasks import ToolRegistry
+from ext_tasks import Context, ToolRegistry
 
 registry = ToolRegistry("hardening", version="0.0.1")
 
@@ -24,3 +24,29 @@ async def slow(seconds: float = 1.0) -> str:
 @registry.tool(task="optional", ttl_ms=QUICK_TTL_MS, description="Returns at once; a short-lived task.")
 async def quick(n: int = 0) -> str:
     return f"done {n}"
+
+
+TEXT = {"type": "object", "properties": {"text": {"type": "string"}}}
+
+
+@registry.tool(task="optional", description="Keeps `blob` as its argument; answers its length (figure 4).")
+async def keep(blob: str = "") -> str:
+    return f"kept {len(blob)}"
+
+
+@registry.tool(task="required", description="Asks `rounds` questions, one per round (figure 4).")
+async def interview(ctx: Context, rounds: int = 15) -> str:
+    for n in range(1, rounds + 1):
+        await ctx.elicit(f"q{n}", f"Answer {n}?", TEXT)
+    return f"answered {rounds}"
+
+
+@registry.tool(task="required", description="Sets a status message of `size` characters (figure 4).")
+async def chatter(ctx: Context, size: int = 0) -> str:
+    await ctx.set_status("s" * size)
+    return "said"
+
+
+@registry.tool(task="optional", preflight=True, description="Finishes before it becomes a task (figure 4).")
+async def instant(ctx: Context) -> str:
+    return "instant"

@@ -11,6 +11,7 @@ The tree::
       MethodNotFound(-32601, 404)
       InvalidParams(-32602)
         MissingMeta(400)
+        ParamsTooLarge(413)
         InvalidRequestState
         ResourceNotFound
       InternalError(-32603, 500)
@@ -124,6 +125,27 @@ class MissingMeta(InvalidParams):
     """A required per-request ``_meta`` key is absent: the request is malformed (HTTP 400)."""
 
     http_status = 400
+
+
+class ParamsTooLarge(InvalidParams):
+    """A part of the request is larger than a task may keep (its arguments, its answers, the client's
+    capabilities): nothing was stored. Final: the same request fails the same way.
+
+    HTTP 413, as for every other "too large" (the body, a ``requestState``): what the server will not
+    take in is told the same way whatever part it was. ``data`` names the sizes, e.g.
+    ``{"argumentBytes": N, "maxArgumentBytes": M}``."""
+
+    http_status = 413
+
+    def __init__(self, part: str, size: int, limit: int, *, setting: str | None = None) -> None:
+        name = {"argument": "arguments", "answer": "answers", "capability": "client capabilities"}.get(part, part)
+        where = f", {setting}" if setting else ""
+        super().__init__(
+            f"Invalid params: the task's {name} would be {size} bytes of JSON, over the limit of {limit}{where}",
+            data={f"{part}Bytes": size, f"max{part[:1].upper()}{part[1:]}Bytes": limit},
+        )
+        self.size = size
+        self.limit = limit
 
 
 class InvalidRequestState(InvalidParams):

@@ -6,6 +6,10 @@ every answer so far, the function's own state, the run attempt count). Every cha
 :func:`transition`, which takes the next status from the table (``states.TABLE``) and bumps ``version``;
 the store commits a change only if the version it read is still current (compare-and-set), so two
 instances never both win. Each operation below is one event of the table.
+
+What a record keeps is bounded (see the limits in ``config.TaskOptions``): the client's capabilities
+only as far as tools can use them (:func:`kept_capabilities`), a status message to
+:data:`MAX_STATUS_CHARS` characters, and the bytes the caps charge are :func:`stored_bytes`.
 """
 
 from __future__ import annotations
@@ -14,14 +18,30 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final
 
+import msgspec
+
+from .errors import InternalError
 from .states import TaskEvent, TaskStatus, next_status
 
 EXTENSION_ID = "io.modelcontextprotocol/tasks"
 #: How many times a task's function was started (``tasks/get`` ``_meta``): runs are at least once, and
 #: a run taken over after a crash says so here.
 META_RUN_ATTEMPTS = "dev.ext-tasks/runAttempts"
+#: The longest ``statusMessage`` kept: a status is a line for a human, and longer ones end with "…".
+MAX_STATUS_CHARS: Final = 1024
+#: The client capabilities a task keeps: those that decide what its tool may ask (elicitation, sampling,
+#: roots) and those a tool may check with ``ctx.supports``/``ctx.require`` (experimental, extensions).
+TASK_CAPABILITIES: Final = ("elicitation", "sampling", "roots", "experimental", "extensions")
+#: The most a task (or a legacy session) keeps of them, as encoded JSON.
+MAX_CAPABILITY_BYTES: Final = 16 * 1024
+#: The most a failed task keeps of its error's ``data``, as encoded JSON (its message is cut like a
+#: status message): a tool's error is an outcome, bounded like a result.
+MAX_ERROR_DATA_BYTES: Final = 16 * 1024
+#: What a record keeps besides its structured fields (ids, times, counters, field names), roughly.
+_RECORD_OVERHEAD: Final = 256
+_encoder: Final = msgspec.json.Encoder()
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +83,67 @@ class TaskRecord:
         return self.status.terminal
 
 
+def encoded_size(value: Any) -> int:
+    """Bytes of ``value`` as JSON (what the stores keep of a structured field)."""
+    return len(_encoder.encode(value))
+
+
+def stored_bytes(record: TaskRecord) -> int:
+    """What the caps charge for ``record``: the encoded size of everything it keeps."""
+    size = _RECORD_OVERHEAD + len(record.task_id) + len(record.owner.encode()) + len(record.tool.encode())
+    if record.status_message is not None:
+        size += len(record.status_message.encode())
+    structured = (
+        record.arguments,
+        record.client_capabilities,
+        record.input_requests,
+        record.answers,
+        record.asked_as,
+        record.state,
+        record.result,
+        record.error,
+    )
+    return size + sum(len(_encoder.encode(part)) for part in structured if part)
+
+
+def kept_capabilities(capabilities: object, names: tuple[str, ...] = TASK_CAPABILITIES) -> dict[str, Any]:
+    """The capabilities among ``names`` that ``capabilities`` declares (as objects), nothing else: what
+    reads them later (a tool inside a task, the legacy shim) needs no more, and a client must not make
+    the store keep arbitrary JSON."""
+    if not isinstance(capabilities, Mapping):
+        return {}
+    return {name: capabilities[name] for name in names if isinstance(capabilities.get(name), dict)}
+
+
+def bounded_status(message: str) -> str:
+    """``message`` cut to :data:`MAX_STATUS_CHARS` characters, the cut marked with an ellipsis."""
+    return message if len(message) <= MAX_STATUS_CHARS else message[: MAX_STATUS_CHARS - 1] + "…"
+
+
+def result_too_large(size: int, limit: int) -> dict[str, Any]:
+    """The error a task ends ``failed`` with when its result is larger than it may keep."""
+    return InternalError(
+        f"The tool's result is too large to keep ({size} bytes; the limit is {limit}, EXT_TASKS_MAX_RESULT_BYTES)"
+    ).to_error()
+
+
+def bounded_error(error: Mapping[str, Any]) -> dict[str, Any]:
+    """``error`` as a failed task keeps it: its message cut to :data:`MAX_STATUS_CHARS` characters, its
+    ``data`` dropped if larger than :data:`MAX_ERROR_DATA_BYTES`."""
+    kept = dict(error)
+    message = kept.get("message")
+    if isinstance(message, str):
+        kept["message"] = bounded_status(message)
+    if "data" in kept and encoded_size(kept["data"]) > MAX_ERROR_DATA_BYTES:
+        del kept["data"]
+    return kept
+
+
+def failure_status(error: Mapping[str, Any]) -> str:
+    """The ``statusMessage`` of a task that failed with ``error``."""
+    return bounded_status(f"Task failed: {error.get('message', 'error')}")
+
+
 def transition(record: TaskRecord, event: TaskEvent, now_ms: int, **changes: Any) -> TaskRecord:
     """The record after ``event``: next status from the table, version + 1, ``changes`` applied, and
     ``lastUpdatedAt`` moved to ``now_ms`` (never backwards).
@@ -101,7 +182,7 @@ def input_requested(record: TaskRecord, requests: Mapping[str, dict[str, Any]], 
 
 def status_reported(record: TaskRecord, message: str, now_ms: int) -> TaskRecord:
     """The running function set its ``statusMessage``."""
-    return transition(record, TaskEvent.STATUS_REPORTED, now_ms, status_message=message)
+    return transition(record, TaskEvent.STATUS_REPORTED, now_ms, status_message=bounded_status(message))
 
 
 def rerun_requested(record: TaskRecord, state: Any, now_ms: int) -> TaskRecord:
@@ -134,8 +215,10 @@ def completed(record: TaskRecord, result: dict[str, Any], now_ms: int) -> TaskRe
 
 
 def failed(record: TaskRecord, error: dict[str, Any], now_ms: int) -> TaskRecord:
-    message = f"Task failed: {error.get('message', 'error')}"
-    return transition(record, TaskEvent.FAILED, now_ms, error=error, status_message=message, input_requests={})
+    kept = bounded_error(error)
+    return transition(
+        record, TaskEvent.FAILED, now_ms, error=kept, status_message=failure_status(kept), input_requests={}
+    )
 
 
 def cancelled(record: TaskRecord, now_ms: int) -> TaskRecord:

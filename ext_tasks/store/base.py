@@ -20,6 +20,9 @@ contract tests in ``tests/contract`` check them on memory, one Valkey and a Valk
   subscribes and then reads the record misses nothing.
 * Records disappear when their TTL lapses; ``lookup`` then answers :class:`Expired` (for a while) rather
   than ``None``, so clients are told "expired" instead of "not found".
+* The owner's caps (:class:`ActiveLimit`: unfinished tasks, kept tasks, bytes kept) are exact: checked
+  and charged in one atomic step, so concurrent creations on any instances never go past them; a
+  task's place (and the bytes it is charged) lapses with the task (:class:`OwnerPlaces`).
 * Runs are delivered at least once: a run taken by a worker that stops heartbeating is handed to
   another worker by ``reclaim`` once it has been idle longer than the lease. ``Run.attempt`` counts the
   deliveries of the run (a reclaimed or given-back run comes back with the next number).
@@ -74,20 +77,77 @@ class IdempotencyClaim:
 
 @dataclass(frozen=True, slots=True)
 class ActiveLimit:
-    """At most ``cap`` tasks of one owner may be unfinished (and unexpired) at once, and at most
-    ``stored_cap`` kept in any status (0: no such cap)."""
+    """At most ``cap`` tasks of one owner may be unfinished (and unexpired) at once, at most
+    ``stored_cap`` kept in any status, and those kept may hold at most ``max_bytes`` bytes in all
+    (:func:`~ext_tasks.protocol.tasks.stored_bytes`; 0: no such cap)."""
 
     cap: int
     now_ms: int
     stored_cap: int = 0
+    max_bytes: int = 0
+
+    @property
+    def counts(self) -> bool:
+        """Whether any cap is set (else an owner's places need not be kept)."""
+        return self.cap > 0 or self.stored_cap > 0 or self.max_bytes > 0
 
 
-class TooManyActiveTasks(Exception):
+class OverCap(Exception):
+    """A creation (or a growth) refused by one of the owner's caps."""
+
+
+class TooManyActiveTasks(OverCap):
     """``create`` refused: the owner already has ``ActiveLimit.cap`` unfinished tasks."""
 
 
-class TooManyStoredTasks(Exception):
+class TooManyStoredTasks(OverCap):
     """``create`` refused: the owner already has ``ActiveLimit.stored_cap`` tasks kept (any status)."""
+
+
+class TooManyStoredBytes(OverCap):
+    """Refused: what the owner keeps would go past ``ActiveLimit.max_bytes``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Place:
+    """What an owner's caps count of one thing kept: ``size`` bytes until ``expires_at_ms`` (``None``:
+    never), and unfinished (counted by the active cap too) until ``finished``."""
+
+    owner: str
+    member: str
+    expires_at_ms: int | None
+    size: int
+    finished: bool = False
+
+
+class OwnerPlaces(Protocol):
+    """Each owner's places: one per task kept (and per task the legacy shim keeps itself), in one atomic
+    ledger per owner, so its caps are exact across instances."""
+
+    async def take(self, place: Place, limit: ActiveLimit) -> None:
+        """Count ``place``, unless a cap of ``limit`` refuses it: :class:`TooManyStoredTasks`, then
+        :class:`TooManyActiveTasks` (an unfinished place), then :class:`TooManyStoredBytes`. Places
+        that lapsed by ``limit.now_ms`` no longer count, and their bytes are given back."""
+        ...
+
+    async def grow(self, place: Place, limit: ActiveLimit) -> None:
+        """Charge a counted place ``place.size`` bytes if that is more than it is charged now, unless
+        that takes its owner past ``limit.max_bytes`` (:class:`TooManyStoredBytes`). A place charged
+        nothing (taken without a byte cap) stays so."""
+        ...
+
+    async def settle(self, place: Place) -> None:
+        """The place's thing finished, or its expiry moved: it no longer counts as unfinished, lapses
+        at ``place.expires_at_ms``, and (if it is charged) is charged ``place.size`` from now on."""
+        ...
+
+    async def give_back(self, owner: str, member: str) -> None:
+        """Forget a place (and its bytes) at once."""
+        ...
+
+    async def charged(self, owner: str) -> int:
+        """The bytes ``owner``'s places are charged now (lapsed places count until a cap forgets them)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,8 +180,8 @@ class Records(Protocol):
         self, record: TaskRecord, idempotency: IdempotencyClaim | None = None, limit: ActiveLimit | None = None
     ) -> ExistingTask | None:
         """Create ``record`` (and queue its run); or, if ``idempotency`` names an earlier task, only
-        return that task. With ``limit``, raise :class:`TooManyActiveTasks` or
-        :class:`TooManyStoredTasks` instead of creating a task beyond the owner's caps."""
+        return that task. With ``limit``, first take the task's place (charged its
+        :func:`~ext_tasks.protocol.tasks.stored_bytes`): an :class:`OverCap` refusal creates nothing."""
         ...
 
     async def lookup(self, task_id: str) -> TaskRecord | Expired | None: ...
@@ -135,7 +195,8 @@ class Records(Protocol):
         self, before: TaskRecord, after: TaskRecord, *, enqueue: bool = False, finishing: Run | None = None
     ) -> bool:
         """Replace ``before`` by ``after`` if the stored version is still ``before.version``. ``enqueue``
-        queues a run; ``finishing`` acknowledges that run, in the same step."""
+        queues a run; ``finishing`` acknowledges that run, in the same step. A task that finished (or
+        whose expiry moved) then settles its place, charged the finished record's size."""
         ...
 
 
@@ -181,6 +242,12 @@ class Claims(Protocol):
 
 
 class TaskStore(Records, RunQueue, Broadcast, Claims, Protocol):
+    @property
+    def places(self) -> OwnerPlaces:
+        """The owners' places, which ``create`` takes and ``commit`` settles; the engine grows a place
+        before it merges answers, and the legacy shim counts its own tasks there."""
+        ...
+
     async def open(self) -> None: ...
 
     async def close(self) -> None: ...

@@ -13,7 +13,8 @@ On a Valkey Cluster a script may only touch keys of one hash slot, and a key's s
   (principal-scoped) key, so every resend, on any instance, lands on the slot that holds the key and
   the check-and-create stays one script.
 * **Owners.** A principal's places (the active and stored caps) are one sorted set in the principal's
-  own slot; creating a task reserves a place there first (see :mod:`.valkey_records`).
+  own slot, and the bytes they are charged (the byte budget) a hash in the same slot; creating a task
+  takes a place there first (see :mod:`.valkey_places`).
 * **Task ids of earlier versions** (no tag) keep the key names they were created with, and their runs
   the single stream of earlier versions, which workers on one Valkey still read until it is empty.
 """
@@ -104,6 +105,10 @@ class KeySchema:
     def owner_places(self, owner: str) -> str:
         """The principal's places: one member per kept task, scored by expiry (negative while unfinished)."""
         return f"{self.prefix}:{{o{digest(owner)}}}:places"
+
+    def owner_bytes(self, owner: str) -> str:
+        """The bytes each of the principal's places is charged, and their sum (in the places' slot)."""
+        return f"{self.prefix}:{{o{digest(owner)}}}:bytes"
 
     # --- everything else (single-key commands: any slot) ---------------------------------------------
 

@@ -6,8 +6,8 @@ noun of :mod:`.base` in one class: in one process there is nothing to split. Not
 process; use the Valkey store when tasks must outlive an instance.
 
 Valkey forgets lapsed keys by itself; here :meth:`MemoryTaskStore.sweep` does, every minute once the
-store is open: expired records become tombstones, lapsed tombstones, idempotency keys, claims and limit
-entries go, and each map keeps at most :data:`CEILING` entries (those that lapse soonest go first), so
+store is open: expired records become tombstones, lapsed tombstones, idempotency keys, claims and
+owners' places go, and each map keeps at most :data:`CEILING` entries (those that lapse soonest go first), so
 the embedded default can run for weeks.
 """
 
@@ -20,17 +20,9 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Final
 
 from ..protocol.tasks import TaskRecord, task_event
-from .base import (
-    ActiveLimit,
-    ExistingTask,
-    Expired,
-    IdempotencyClaim,
-    Run,
-    TooManyActiveTasks,
-    TooManyStoredTasks,
-    WatchItem,
-)
+from .base import ActiveLimit, ExistingTask, Expired, IdempotencyClaim, Run, WatchItem
 from .ceilings import CEILING, within_ceiling
+from .places import MemoryPlaces, place_changes, place_of
 
 #: How long an expired task is still reported as "expired" rather than "not found".
 TOMBSTONE_MS: Final = 24 * 3600 * 1000
@@ -44,8 +36,7 @@ class MemoryTaskStore:
         self._records: dict[str, TaskRecord] = {}
         self._tombstones: dict[str, tuple[str, int]] = {}
         self._idempotency: dict[str, tuple[ExistingTask, int]] = {}
-        self._active: dict[str, dict[str, int]] = {}
-        self._stored: dict[str, dict[str, int]] = {}
+        self.places = MemoryPlaces(self._clock_ms)
         self._claims: dict[str, int] = {}
         self._sweeper: asyncio.Task[None] | None = None
         #: Queued runs: the task, and how many deliveries of this run came before.
@@ -81,13 +72,7 @@ class MemoryTaskStore:
         self._tombstones = within_ceiling({key: value for key, value in self._tombstones.items() if value[1] > now})
         self._idempotency = within_ceiling({key: value for key, value in self._idempotency.items() if value[1] > now})
         self._claims = within_ceiling({key: until for key, until in self._claims.items() if until > now})
-        for limits in (self._active, self._stored):
-            for owner in list(limits):
-                kept = {task_id: until for task_id, until in limits[owner].items() if until > now}
-                if kept:
-                    limits[owner] = kept
-                else:
-                    del limits[owner]
+        self.places.sweep()
 
     def sizes(self) -> dict[str, int]:
         """How many entries each map holds (for tests and operators)."""
@@ -96,8 +81,7 @@ class MemoryTaskStore:
             "tombstones": len(self._tombstones),
             "idempotency": len(self._idempotency),
             "claims": len(self._claims),
-            "active": sum(len(entries) for entries in self._active.values()),
-            "stored": sum(len(entries) for entries in self._stored.values()),
+            **self.places.sizes(),
         }
 
     async def ping(self) -> None:
@@ -113,18 +97,8 @@ class MemoryTaskStore:
                 return prior[0]
         if record.task_id in self._records:
             raise ValueError(f"task {record.task_id} exists")
-        if limit is not None:
-            expires = record.expires_at_ms or 2**62
-            stored = _live(self._stored.setdefault(record.owner, {}), limit.now_ms)
-            active = _live(self._active.setdefault(record.owner, {}), limit.now_ms)
-            if 0 < limit.stored_cap <= len(stored):
-                raise TooManyStoredTasks(record.owner)
-            if 0 < limit.cap <= len(active):
-                raise TooManyActiveTasks(record.owner)
-            if limit.stored_cap > 0:
-                stored[record.task_id] = expires
-            if limit.cap > 0:
-                active[record.task_id] = expires
+        if limit is not None and limit.counts:
+            await self.places.take(place_of(record), limit)  # never suspends: still one atomic step
         self._records[record.task_id] = record
         if idempotency is not None:
             existing = ExistingTask(record.task_id, idempotency.fingerprint)
@@ -166,11 +140,8 @@ class MemoryTaskStore:
         if not isinstance(current, TaskRecord) or current.version != before.version:
             return False
         self._records[after.task_id] = after
-        if after.terminal:
-            self._active.get(after.owner, {}).pop(after.task_id, None)
-        stored = self._stored.get(after.owner, {})
-        if after.task_id in stored and after.expires_at_ms is not None:
-            stored[after.task_id] = after.expires_at_ms
+        if place_changes(before, after):
+            await self.places.settle(place_of(after))  # never suspends
         if enqueue:
             self._queue.put_nowait((after.task_id, 0))
         event = task_event(after)
@@ -231,9 +202,3 @@ class MemoryTaskStore:
             watchers.discard(queue)
             if not watchers and self._watchers.get(task_id) is watchers:
                 del self._watchers[task_id]
-
-
-def _live(entries: dict[str, int], now_ms: int) -> dict[str, int]:
-    for task_id in [task_id for task_id, until in entries.items() if until <= now_ms]:
-        del entries[task_id]
-    return entries

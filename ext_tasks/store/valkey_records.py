@@ -2,15 +2,15 @@
 
 Creating a task is at most two atomic steps, each in one slot:
 
-1. **Reserve a place** among the owner's (only when a cap is configured): the owner's places are one
-   sorted set in the owner's slot, a member per kept task scored by its expiry, negated while the task
-   is unfinished. One script forgets lapsed places, checks both caps and takes the place, so the caps
-   are **exact** under any concurrency, across instances and shards. A task that finishes gives its
-   active place back (its score turns positive) right after its outcome is committed; a process that
-   dies between the two steps leaves the place counted as active until the task expires, so the cap
-   errs toward refusing, never toward letting more through.
+1. **Take a place** among the owner's (only when a cap is configured; :mod:`.valkey_places`): one
+   script in the owner's slot forgets lapsed places when a cap is reached, checks the caps (unfinished
+   tasks, kept tasks, bytes kept) and takes the place, charged the record's size, so the caps are
+   **exact** under any concurrency, across instances and shards. A task that finishes settles its
+   place (no longer active; charged its finished size) right after its outcome is committed; a
+   process that dies between the two steps leaves the place counted as active until the task expires,
+   so the cap errs toward refusing, never toward letting more through.
 2. **Create** in the task's partition slot: the idempotency check, the hash, its tombstone and the
-   first run. When the idempotency key already names a task, the reserved place is given back.
+   first run. When the idempotency key already names a task, the place taken is given back.
 
 A commit is a compare-and-set on ``version`` that writes only the changed fields, and in the same step
 may queue a run, acknowledge the run that produced it, and publish the change on the task's sharded
@@ -24,44 +24,14 @@ from collections.abc import Sequence
 from typing import Any, Final, cast
 
 from ..protocol.tasks import TaskRecord, task_event
-from .base import ActiveLimit, ExistingTask, Expired, IdempotencyClaim, Run, TooManyActiveTasks, TooManyStoredTasks
+from .base import ActiveLimit, ExistingTask, Expired, IdempotencyClaim, OverCap, Run
 from .codec import changes, encode_json, field_map, flat, record_from_fields
 from .keys import KeySchema, partition_of
 from .memory import TOMBSTONE_MS
+from .places import place_changes, place_of
 from .plumbing import Topology, unavailable_on_connection_errors
 from .scripts import Script
-
-#: The score of a place of a task without expiry (within a double's exact integers).
-_NEVER: Final = 2**52
-_REFUSED_ACTIVE: Final = -2
-_REFUSED_STORED: Final = -3
-
-RESERVE: Final = Script(
-    "reserve a place",
-    keys=("places",),
-    args=(
-        "member",
-        "score",
-        "expires_at",
-        "lapsed_min",
-        "lapsed_max",
-        "live_unfinished_max",
-        "active_cap",
-        "stored_cap",
-    ),
-    body="""
-if stored_cap ~= '' and redis.call('ZCARD', places) >= tonumber(stored_cap) then
-  redis.call('ZREMRANGEBYSCORE', places, lapsed_min, lapsed_max)
-  if redis.call('ZCARD', places) >= tonumber(stored_cap) then return -3 end
-end
-if active_cap ~= '' and redis.call('ZCOUNT', places, '-inf', live_unfinished_max) >= tonumber(active_cap) then
-  return -2
-end
-redis.call('ZADD', places, score, member)
-if redis.call('PEXPIREAT', places, expires_at, 'GT') == 0 then redis.call('PEXPIREAT', places, expires_at, 'NX') end
-return 1
-""",
-)
+from .valkey_places import ValkeyPlaces
 
 CREATE: Final = Script(
     "create a task",
@@ -135,7 +105,7 @@ class ValkeyRecords:
         self.keys = keys
         #: Whether caps keep owners' places (off when the deployment configures no cap: nothing to settle).
         self._places = owner_places
-        self._reserve = RESERVE.bind(self._client)
+        self.places = ValkeyPlaces(self._client, keys)
         # Creations and transitions are what a client is told happened: the replicas confirm them when
         # the deployment asks for that (reserving and marking are recoverable either way).
         self._create = CREATE.bind(self._client, topology)
@@ -147,55 +117,29 @@ class ValkeyRecords:
     ) -> ExistingTask | None:
         if idempotency is not None and partition_of(record.task_id) != idempotency.partition:
             raise ValueError("a task created under an idempotency key takes the key's partition")
-        reserved = limit is not None and (limit.cap > 0 or limit.stored_cap > 0)
+        reserved = limit is not None and limit.counts
         if reserved:
             assert limit is not None
-            refused = await self._take_place(record, limit)
-            if refused is not None:
+            try:
+                await self.places.take(place_of(record), limit)
+            except OverCap:
                 prior = await self._prior(idempotency) if idempotency is not None else None
                 if prior is not None:
                     return prior  # a resend at the cap still names its task
-                raise refused
+                raise
         try:
             created = await self._create_in_partition(record, idempotency)
         except BaseException:
             if reserved:
                 with contextlib.suppress(Exception):
-                    await self._give_back(record)
+                    await self.places.give_back(record.owner, record.task_id)
             raise
         if isinstance(created, str):
             if reserved:
-                await self._give_back(record)
+                await self.places.give_back(record.owner, record.task_id)
             task_id, _, fingerprint = created.partition(" ")
             return ExistingTask(task_id, fingerprint)
         return None
-
-    async def _take_place(self, record: TaskRecord, limit: ActiveLimit) -> Exception | None:
-        expires = record.expires_at_ms if record.expires_at_ms is not None else _NEVER
-        now = limit.now_ms
-        with unavailable_on_connection_errors():
-            outcome = await self._reserve(
-                keys={"places": self.keys.owner_places(record.owner)},
-                args={
-                    "member": record.task_id,
-                    "score": str(-expires),
-                    "expires_at": str(expires),
-                    "lapsed_min": str(-now),
-                    "lapsed_max": str(now),
-                    "live_unfinished_max": f"({-now}",
-                    "active_cap": str(limit.cap) if limit.cap > 0 else "",
-                    "stored_cap": str(limit.stored_cap) if limit.stored_cap > 0 else "",
-                },
-            )
-        if outcome == _REFUSED_ACTIVE:
-            return TooManyActiveTasks(record.owner)
-        if outcome == _REFUSED_STORED:
-            return TooManyStoredTasks(record.owner)
-        return None
-
-    async def _give_back(self, record: TaskRecord) -> None:
-        with unavailable_on_connection_errors():
-            await self._client.zrem(self.keys.owner_places(record.owner), record.task_id)
 
     async def _prior(self, idempotency: IdempotencyClaim) -> ExistingTask | None:
         with unavailable_on_connection_errors():
@@ -275,21 +219,13 @@ class ValkeyRecords:
             )
             if outcome != 1:
                 return False
-            if self._places and _place_changes(before, after):
-                await self._settle_place(after)
+        if self._places and place_changes(before, after):
+            # A finished task gives its active place back (its place now lapses with the task), and is
+            # charged what it keeps now (its result included).
+            await self.places.settle(place_of(after))
         return True
-
-    async def _settle_place(self, after: TaskRecord) -> None:
-        """A finished task gives its active place back (its place now lapses with the task)."""
-        expires = after.expires_at_ms if after.expires_at_ms is not None else _NEVER
-        await self._client.zadd(self.keys.owner_places(after.owner), {after.task_id: expires}, xx=True)
 
     async def mark_watched(self, task_id: str) -> None:
         """From now on every commit of the task is published on its channel."""
         with unavailable_on_connection_errors():
             await self._mark_watched(keys={"record": self.keys.task(task_id)}, args={})
-
-
-def _place_changes(before: TaskRecord, after: TaskRecord) -> bool:
-    """The task finished, or a finished task's expiry moved (a sensitive outcome was handed out)."""
-    return after.terminal and (not before.terminal or after.expires_at_ms != before.expires_at_ms)

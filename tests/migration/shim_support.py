@@ -27,7 +27,7 @@ import anyio
 
 from ext_tasks import Context, Principal, ProtocolError, ToolError, ToolRegistry, elicit
 from ext_tasks.auth import Caller
-from ext_tasks.config import EngineOptions, TaskOptions
+from ext_tasks.config import EngineOptions, TaskOptions, WorkerOptions
 from ext_tasks.engine import Engine
 from ext_tasks.protocol.envelope import NAME_FIELDS, encode_header_value
 from ext_tasks.protocol.errors import INTERNAL_ERROR
@@ -91,8 +91,8 @@ def make_registry() -> ToolRegistry:
         return "done"
 
     @registry.tool(task="optional")
-    async def job(n: int = 1) -> str:
-        """A task when the client asks for one."""
+    async def job(n: int = 1, note: str = "") -> str:
+        """A task when the client asks for one (``note`` only makes its arguments as large as a test needs)."""
         return f"job {n}"
 
     @registry.tool(task="required")
@@ -168,18 +168,31 @@ class WatchedStore(MemoryTaskStore):
 class Legacy:
     """Engine, worker, shim and era router over the memory stores, as ``compose.Runtime`` wires them."""
 
-    def __init__(self, *, max_waits: int = 256, max_active_tasks: int = 1000) -> None:
+    def __init__(
+        self, *, max_waits: int = 256, worker: WorkerOptions | None = None, own_places: bool = False, **policy: Any
+    ) -> None:
+        """``policy``: task options beyond the fast polling here; ``own_places``: the shim counts its own
+        tasks in the session store's places, as behind ``ext-tasks proxy`` (else in the task store's,
+        as ``ext-tasks serve`` composes it)."""
         self.registry = make_registry()
         self.store = WatchedStore()
-        options = TaskOptions(poll_interval_ms=50, poll_interval_max_ms=50, max_active_tasks=max_active_tasks)
+        options = TaskOptions(**{"poll_interval_ms": 50, "poll_interval_max_ms": 50, **policy})
         tasks = TaskMethods(self.store, options)
         codec = ResumeCodec([KEY], audience="shim-test")
         self.engine = Engine(self.registry, codec, EngineOptions(max_waits=max_waits), tasks=tasks)
-        self.worker = Worker(self.store, self.registry)
+        self.worker = Worker(self.store, self.registry, worker)
         self.sessions = MemorySessionStore()
         info = {"name": self.registry.name, "version": self.registry.version}
-        shim_options = ShimOptions(server_info=info, instructions=self.registry.instructions, input_timeout_s=WAIT_S)
-        self.shim = LegacyShim(EngineUpstream(self.engine), self.sessions, codec, shim_options, waits=self.engine.waits)
+        shim_options = ShimOptions(
+            server_info=info,
+            instructions=self.registry.instructions,
+            input_timeout_s=WAIT_S,
+            tasks=options,
+            worker=worker or WorkerOptions(),
+        )
+        upstream = EngineUpstream(self.engine)
+        places = None if own_places else self.store.places
+        self.shim = LegacyShim(upstream, self.sessions, codec, shim_options, waits=self.engine.waits, places=places)
         self.router = EraRouter(self.engine, self.shim)
 
     async def close(self) -> None:

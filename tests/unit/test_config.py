@@ -168,6 +168,33 @@ def test_unsafe_or_impossible_settings_are_refused(overrides: dict[str, object])
         Settings().with_overrides(**overrides).validate()
 
 
+def test_the_byte_bounds_are_read_and_checked() -> None:
+    read = settings_from_env(
+        {
+            "EXT_TASKS_MAX_TASK_ARGUMENT_BYTES": "4096",
+            "EXT_TASKS_MAX_ANSWER_BYTES": "8192",
+            "EXT_TASKS_MAX_STORED_BYTES": "0",
+        }
+    ).validate()
+    assert (read.tasks.max_task_argument_bytes, read.tasks.max_answer_bytes, read.tasks.max_stored_bytes) == (
+        4096,
+        8192,
+        0,
+    )
+    defaults = Settings().tasks
+    assert (defaults.max_task_argument_bytes, defaults.max_answer_bytes) == (256 * 1024, 256 * 1024)
+    assert defaults.max_stored_bytes == 256 * 1024 * 1024
+    for overrides in (
+        {"max_task_argument_bytes": 1023},
+        {"max_answer_bytes": 0},
+        {"max_stored_bytes": -1},
+        {"max_stored_bytes": 1024 * 1024 - 1},  # below 1 MiB
+        {"max_stored_bytes": 2 * 1024 * 1024, "max_task_argument_bytes": 2 * 1024 * 1024},  # one task would not fit
+    ):
+        with pytest.raises(ConfigError, match="EXT_TASKS_MAX_"):
+            Settings().with_overrides(**overrides).validate()
+
+
 def test_overrides_of_none_keep_the_current_value() -> None:
     settings = Settings(port=9000).with_overrides(port=None, host="localhost")
 

@@ -85,3 +85,10 @@ def test_a_principals_places_are_one_key_whatever_the_principal_looks_like() -> 
         assert len(key) < 64
         assert key == KEYS.owner_places(owner)
     assert KEYS.owner_places("alice") != KEYS.owner_places("bob")
+
+
+def test_a_principals_byte_charges_share_the_slot_of_its_places() -> None:
+    # The byte budget is checked and charged in the same script as the count caps: one slot.
+    for owner in ["alice", "x" * 10_000, "{bd}", "ünïcode"]:
+        assert slot(KEYS.owner_bytes(owner)) == slot(KEYS.owner_places(owner))
+        assert KEYS.owner_bytes(owner) != KEYS.owner_places(owner)
