@@ -30,12 +30,12 @@ def serving_echo(legacy: Legacy) -> Legacy:
 
 
 async def refused_with(client: LegacyClient, limit: str, name: str, **arguments: object) -> None:
-    """``tools/call name`` with ``params.task`` refused by the cap ``limit``: HTTP 429 when the shim refuses
-    a task of its own (``quick``, ``echo``); an engine refusal (``job``) is relayed with HTTP 200, like any
-    upstream failure."""
+    """``tools/call name`` with ``params.task`` refused by the cap ``limit``: HTTP 429 with ``Retry-After``,
+    whether the shim refuses a task of its own (``quick``, ``echo``) or relays the engine's refusal (``job``)."""
     call = {"name": name, "arguments": arguments, "task": {}}
-    status, message = json_of(await client.post("tools/call", call))
-    assert status == (200 if name == "job" else 429), message
+    reply = await client.post("tools/call", call)
+    status, message = json_of(reply)
+    assert status == 429 and reply.headers.get("Retry-After", "").isdigit(), (status, reply.headers, message)
     assert (message["error"]["code"], message["error"]["data"]["limit"]) == (-31429, limit), message
 
 
