@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import anyio
@@ -41,7 +41,7 @@ from ext_tasks.worker import Worker
 from migration.router import EraRouter
 from migration.sessions import MemorySessionStore
 from migration.shim import LegacyShim, ShimOptions
-from migration.upstream import EngineUpstream
+from migration.upstream import EngineUpstream, ModernUpstream
 
 LEGACY_VERSION = "2025-11-25"
 MODERN_VERSION = "2026-07-28"
@@ -168,7 +168,7 @@ class WatchedStore(MemoryTaskStore):
 class Legacy:
     """Engine, worker, shim and era router over the memory stores, as ``compose.Runtime`` wires them."""
 
-    def __init__(self, *, max_waits: int = 256) -> None:
+    def __init__(self, *, max_waits: int = 256, upstream: Callable[[Engine], ModernUpstream] = EngineUpstream) -> None:
         self.registry = make_registry()
         self.store = WatchedStore()
         tasks = TaskMethods(self.store, TaskOptions(poll_interval_ms=50, poll_interval_max_ms=50))
@@ -178,7 +178,7 @@ class Legacy:
         self.sessions = MemorySessionStore()
         info = {"name": self.registry.name, "version": self.registry.version}
         shim_options = ShimOptions(server_info=info, instructions=self.registry.instructions, input_timeout_s=WAIT_S)
-        self.shim = LegacyShim(EngineUpstream(self.engine), self.sessions, codec, shim_options, waits=self.engine.waits)
+        self.shim = LegacyShim(upstream(self.engine), self.sessions, codec, shim_options, waits=self.engine.waits)
         self.router = EraRouter(self.engine, self.shim)
 
     async def close(self) -> None:
@@ -279,6 +279,12 @@ class LegacyClient:
             body["result"] = dict(result or {})
         reply = await self.legacy.post(body, self.headers, self.principal)
         assert reply == JsonReply(202, None), reply
+
+    async def get_stream(self) -> AsyncIterator[StreamItem]:
+        """The session's GET stream (its items)."""
+        lowered = {name.lower(): [value] for name, value in self.headers.items()}
+        with anyio.fail_after(WAIT_S):
+            return stream_of(await self.legacy.router.get(lowered, Caller(self.principal)))
 
     async def delete(self) -> Reply:
         lowered = {name.lower(): [value] for name, value in self.headers.items()}
