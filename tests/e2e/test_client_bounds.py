@@ -2,8 +2,8 @@
 on loopback): an answer too large is a typed error read only up to the limit, a deadline bounds a whole
 call (naming the task it leaves running), and a server asking for polls every 0 ms gets ten a second.
 
-Memory is measured in a child process (its peak RSS, ``ru_maxrss``, at exit), where this test's own
-allocations do not count.
+Memory is measured in a child process (its peak RSS, VmHWM, at exit), where this test's own allocations
+do not count.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import pytest
 
 from ext_tasks.client import Client, ClientError, DeadlineExceeded, ResponseTooLarge
 from tests.support.hostile import HostileServer
+from tests.support.memory import MEASURED_CLI, split_peak
 from tests.support.processes import REPO
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
@@ -27,30 +28,26 @@ TIMEOUT_S = 60
 #: What reading a 48 MiB answer may cost a client capped at 16 MiB (its default), over a small answer.
 GROWTH_BOUND_MIB = 40.0
 
-#: Run in a child: the CLI with argv from the command line; its peak RSS (MiB) on stderr's last line.
-_MEASURED_CLI = """
-import atexit, resource, sys
-atexit.register(lambda: print("peak-mib", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, file=sys.stderr))
-from ext_tasks.cli import main
-sys.exit(main(sys.argv[1:]))
-"""
-
-#: Run in a child: one call_tool through the library, capped at 1 MiB; what it raised, as JSON.
+#: Run in a child: one call_tool through the library, capped at 1 MiB; what it raised, and how much its
+#: peak RSS (VmHWM) grew meanwhile, as JSON.
 _MEASURED_CALL = """
-import asyncio, json, resource, sys
+import asyncio, json, sys
 from ext_tasks.client import Client
+
+def peak() -> float:
+    hwm = next(line for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+    return int(hwm.split()[1]) / 1024
 
 async def main() -> None:
     async with Client(sys.argv[1], max_response_bytes=1024 * 1024) as client:
         await client.call_tool("ok")
-        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        before = peak()
         try:
             await client.call_tool(sys.argv[2])
             raised = None
         except Exception as exc:
             raised = type(exc).__name__
-    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"raised": raised, "growth_mib": after - before}))
+    print(json.dumps({"raised": raised, "growth_mib": peak() - before}))
 
 asyncio.run(main())
 """
@@ -70,12 +67,11 @@ def hostile() -> Iterator[HostileServer]:
 def _cli(*args: str) -> tuple[subprocess.CompletedProcess[str], float]:
     """Run ``ext-tasks`` (stdin closed, no terminal): the outcome, and the child's peak RSS in MiB."""
     done = subprocess.run(
-        [sys.executable, "-c", _MEASURED_CLI, *args],
+        [sys.executable, "-c", MEASURED_CLI, *args],
         capture_output=True, text=True, timeout=TIMEOUT_S, cwd=REPO, stdin=subprocess.DEVNULL,
     )  # fmt: skip
-    *rest, last = done.stderr.rstrip("\n").split("\n")
-    assert last.startswith("peak-mib "), done.stderr[-2000:]
-    return subprocess.CompletedProcess(done.args, done.returncode, done.stdout, "\n".join(rest)), float(last.split()[1])
+    stderr, peak = split_peak(done.stderr)
+    return subprocess.CompletedProcess(done.args, done.returncode, done.stdout, stderr), peak
 
 
 @pytest.mark.parametrize("tool", ["huge", "endless-line", "endless-event"])

@@ -25,7 +25,7 @@ from tests.support.processes import ServerProcess, running_server
 
 pytestmark = pytest.mark.e2e
 
-TOOLS = "tests.e2e.buffer_tools"
+TOOLS = "bench.hardening.figtools"  # ``spew``, also measured by bench/hardening/fig4_buffers.py
 SPEW_S = 3.0
 #: What a stream that nobody reads may cost the server, at most: the buffer holds 256 reports of ~1 KB,
 #: and the socket's buffers a few MB more. The unbounded queue grew past this within the first second.
@@ -44,12 +44,12 @@ def _dropped(server: ServerProcess, kind: str = "progress") -> float:
     return float(found.group(1)) if found else 0.0
 
 
-def _spew_request(tool: str, arguments: dict[str, Any]) -> tuple[dict[str, str], dict[str, Any]]:
-    return modern_request("tools/call", {"name": tool, "arguments": arguments, "_meta": {"progressToken": "spew"}})
+def _spew_request(arguments: dict[str, Any]) -> tuple[dict[str, str], dict[str, Any]]:
+    return modern_request("tools/call", {"name": "spew", "arguments": arguments, "_meta": {"progressToken": "spew"}})
 
 
 def test_a_client_that_never_reads_does_not_grow_the_server(server: ServerProcess) -> None:
-    headers, body = _spew_request("spew", {"seconds": SPEW_S, "pad": 1000})
+    headers, body = _spew_request({"seconds": SPEW_S, "pad": 1000})
     payload = json.dumps(body).encode()
     head = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
     request = (
@@ -77,7 +77,7 @@ def test_a_client_that_never_reads_does_not_grow_the_server(server: ServerProces
 
 def test_a_slow_reader_gets_the_final_result_after_the_kept_progress(server: ServerProcess) -> None:
     count = 30_000
-    headers, body = _spew_request("spew_count", {"count": count, "pad": 1000})
+    headers, body = _spew_request({"count": count, "seconds": 60, "pad": 1000})
     dropped_before = _dropped(server)
     with httpx.Client(timeout=30) as client, client.stream("POST", server.url, headers=headers, json=body) as response:
         assert response.headers["content-type"].startswith("text/event-stream")
