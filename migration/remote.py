@@ -82,11 +82,9 @@ class Reading:
         )
         try:
             return await self.client.send(request, stream=True)
-        except httpx.ConnectTimeout:
-            raise UpstreamFailed("Upstream server unavailable: no connection") from None
-        except httpx.TimeoutException:
+        except httpx.ReadTimeout:
             raise UpstreamTimedOut(self.read_timeout_s(method)) from None
-        except httpx.HTTPError as exc:
+        except httpx.HTTPError as exc:  # no connection (refused, timed out), none free, the body not taken
             raise UpstreamFailed(f"Upstream server unavailable: {type(exc).__name__}") from None
 
     async def message(self, method: str, response: httpx.Response) -> dict[str, Any] | None:
@@ -125,7 +123,7 @@ class Reading:
             raise UpstreamTooLarge(self.max_bytes) from None
         except ParseError as exc:
             raise UpstreamUnparsable(f"{exc.message} ({what})") from None
-        except httpx.TimeoutException:
+        except httpx.ReadTimeout:
             raise UpstreamTimedOut(self.read_timeout_s(method)) from None
         except httpx.HTTPError as exc:
             raise UpstreamFailed(f"Upstream answer broken off ({what}): {type(exc).__name__}") from None

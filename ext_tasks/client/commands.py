@@ -70,7 +70,7 @@ def _timeout_flag(parser: argparse.ArgumentParser) -> None:
         "--timeout",
         type=_seconds,
         metavar="SECONDS",
-        help="give up waiting for the result after SECONDS (exit 2; a started task goes on, its id is printed)",
+        help="call, task wait: stop waiting for the result after SECONDS (exit 2; a task goes on, its id printed)",
     )
 
 

@@ -49,7 +49,7 @@ LISTEN_REFRESH_S: Final = 30.0
 
 
 def poll_seconds(state: Mapping[str, Any] | None) -> float:
-    """The server's suggested poll interval, in seconds."""
+    """The server's suggested poll interval, in seconds, kept between :data:`MIN_POLL_S` and :data:`MAX_POLL_S`."""
     interval = state.get("pollIntervalMs") if state is not None else None
     if not isinstance(interval, int | float) or isinstance(interval, bool):
         return DEFAULT_POLL_S

@@ -1,7 +1,8 @@
 """The notifications of an inline request wait for their client in a bounded buffer (``ext_tasks.outbox``).
 
 A real server runs ``spew``, a tool that reports progress as fast as it can (1 KB a report). A client that
-sends the request over a raw socket and never reads must not grow the server (it did by ~30 MB a second);
+sends the request over a raw socket and never reads must not grow the server (it did by ~55 MB a second),
+in either era (a 2025-11-25 session's call is the engine's stream relayed by the shim);
 a client that reads slowly loses the oldest progress, counted in ``ext_tasks_notifications_dropped_total``,
 and still gets the final result, after the progress that was kept, in order.
 """
@@ -48,8 +49,23 @@ def _spew_request(arguments: dict[str, Any]) -> tuple[dict[str, str], dict[str, 
     return modern_request("tools/call", {"name": "spew", "arguments": arguments, "_meta": {"progressToken": "spew"}})
 
 
-def test_a_client_that_never_reads_does_not_grow_the_server(server: ServerProcess) -> None:
-    headers, body = _spew_request({"seconds": SPEW_S, "pad": 1000})
+def _legacy_spew_request(server: ServerProcess, arguments: dict[str, Any]) -> tuple[dict[str, str], dict[str, Any]]:
+    """The same call in a 2025-11-25 session (the shim relays the engine's stream)."""
+    accept = {"Accept": "application/json, text/event-stream"}
+    init = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "buffers", "version": "1"}}
+    opened = httpx.post(
+        server.url, headers=accept, json={"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": init}
+    )
+    headers = {**accept, "Content-Type": "application/json", "MCP-Protocol-Version": "2025-11-25"}
+    headers["Mcp-Session-Id"] = opened.headers["mcp-session-id"]
+    params = {"name": "spew", "arguments": arguments, "_meta": {"progressToken": "spew"}}
+    return headers, {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}
+
+
+@pytest.mark.parametrize("era", ["2026-07-28", "2025-11-25"])
+def test_a_client_that_never_reads_does_not_grow_the_server(server: ServerProcess, era: str) -> None:
+    arguments = {"seconds": SPEW_S, "pad": 1000}
+    headers, body = _spew_request(arguments) if era == "2026-07-28" else _legacy_spew_request(server, arguments)
     payload = json.dumps(body).encode()
     head = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
     request = (
