@@ -16,6 +16,7 @@ import secrets
 from typing import TYPE_CHECKING, Any
 
 from migration.proxy import ForwardingHandler
+from migration.remote import Reading
 from migration.router import EraRouter
 from migration.sessions import MemorySessionStore, SessionStore
 from migration.shim import LegacyShim, ShimOptions
@@ -269,7 +270,7 @@ def proxy_app(settings: Settings, upstream_url: str, version: str) -> App:
     modern requests passed through unchanged."""
     from .http import create_app
 
-    upstream = HttpUpstream(upstream_url)
+    upstream = HttpUpstream(upstream_url, reading=Reading(settings.proxy))
     shared = SharedValkey(settings) if settings.valkey_url is not None else None
     sessions = build_sessions(settings, shared)
     info = {"name": "ext-tasks-proxy", "version": version}

@@ -3,8 +3,8 @@
 
 One name per setting, from the variable down to the code: ``EXT_TASKS_<NAME>`` is the field ``<name>``,
 of the settings themselves or of one of their sections, which are the option classes the parts take
-(:class:`EngineOptions`, :class:`TaskOptions`, :class:`WorkerOptions`, :class:`LegacyOptions`). Each
-default is written once, on its field. An empty variable means the default.
+(:class:`EngineOptions`, :class:`TaskOptions`, :class:`WorkerOptions`, :class:`LegacyOptions`,
+:class:`ProxyOptions`). Each default is written once, on its field. An empty variable means the default.
 
 Secrets (requestState keys, bearer tokens, a Valkey URL that may carry a password) are kept out of
 ``repr`` and out of every error message, so they never reach a log line.
@@ -115,11 +115,21 @@ class LegacyOptions(_Section):
     max_sessions: int = 100
 
 
+class ProxyOptions(_Section):
+    """How ``ext-tasks proxy`` reads its upstream's answers (a server it does not control)."""
+
+    #: The largest answer taken (a JSON body, or one event of a stream); larger: 502. For larger results.
+    proxy_max_answer_bytes: int = 16 * 1024 * 1024
+    #: How long the upstream may send nothing (keep-alives count) before 504; for longer inline tools.
+    proxy_read_timeout_s: float = 60.0
+
+
 _SECTIONS: Final[Mapping[str, type[_Section]]] = {
     "engine": EngineOptions,
     "tasks": TaskOptions,
     "worker": WorkerOptions,
     "legacy": LegacyOptions,
+    "proxy": ProxyOptions,
 }
 #: Where a settings field lives (a section, or the settings themselves) and the variable it reads.
 _ENVIRONMENT: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextVar("environment", default=None)
@@ -189,6 +199,7 @@ class Settings(BaseSettings):
     tasks: TaskOptions = TaskOptions()
     worker: WorkerOptions = WorkerOptions()
     legacy: LegacyOptions = LegacyOptions()
+    proxy: ProxyOptions = ProxyOptions()
 
     @classmethod
     def settings_customise_sources(
@@ -331,6 +342,10 @@ class Settings(BaseSettings):
             raise ConfigError("EXT_TASKS_MAX_BODY_BYTES must be at least 1024")
         if self.body_timeout_s <= 0:
             raise ConfigError("EXT_TASKS_BODY_TIMEOUT_S must be positive")
+        if self.proxy.proxy_max_answer_bytes < 1024 or self.proxy.proxy_read_timeout_s <= 0:
+            raise ConfigError(
+                "EXT_TASKS_PROXY_MAX_ANSWER_BYTES must be at least 1024 and EXT_TASKS_PROXY_READ_TIMEOUT_S positive"
+            )
         if self.valkey_min_replica_acks < 0 or self.valkey_ack_timeout_ms < 1:
             raise ConfigError(
                 "EXT_TASKS_VALKEY_MIN_REPLICA_ACKS must not be negative and EXT_TASKS_VALKEY_ACK_TIMEOUT_MS "

@@ -8,7 +8,9 @@ HTTP status and headers, anything else becomes -32603 with the traceback in the 
 
 A reply is JSON, or an SSE stream when the request may receive notifications (``progressToken`` or
 ``logLevel`` in ``_meta``, and ``subscriptions/listen``). A streamable request that emits nothing
-before it finishes is still answered as plain JSON, with its proper HTTP status.
+before it finishes is still answered as plain JSON, with its proper HTTP status. Its notifications wait
+for the client in a bounded :class:`~.outbox.Outbox`: a client that reads slowly, or not at all, loses
+the oldest progress (counted), never the response, and never holds the tool up.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from .methods import CacheOptions, CoreMethods
 from .metrics import header_tolerated, method_label, observe_request
 from .mrtr import ClaimOnce
 from .notify import ChangeEvent, ChangeHub
+from .outbox import Outbox
 from .pacing import Pacing
 from .protocol.envelope import Envelope, Headers, check_envelope
 from .protocol.errors import InternalError, InvalidRequest, MethodNotFound, ProtocolError
@@ -209,10 +212,13 @@ class Engine:
     # --- requests that may stream notifications ---------------------------------------------------
 
     async def _maybe_stream(self, call: Call[Any], run: Callable[[Emit], Awaitable[Result]]) -> Reply:
-        queue: asyncio.Queue[Message] = asyncio.Queue()
+        outbox = Outbox()
 
         async def emit(method: str, params: dict[str, Any]) -> None:
-            await queue.put(notification_message(method, params))
+            outbox.put(notification_message(method, params))
+            # A report is a point where the tool lets others run: a tool reporting in a tight loop
+            # would otherwise hold the event loop, its own stream's writer included.
+            await asyncio.sleep(0)
 
         async def guarded() -> JsonReply:
             try:
@@ -223,28 +229,28 @@ class Engine:
                 return self._internal_error(call.id, call.method)
 
         work = asyncio.create_task(guarded())
-        first = asyncio.create_task(queue.get())
+        first = asyncio.create_task(outbox.get())
         await asyncio.wait({work, first}, return_when=asyncio.FIRST_COMPLETED)
         if not first.done():
             first.cancel()
             return work.result()
-        return StreamReply(_drain(first.result(), queue, work))
+        return StreamReply(_drain(first.result(), outbox, work))
 
 
-async def _drain(
-    first: Message, queue: asyncio.Queue[Message], work: asyncio.Task[JsonReply]
-) -> AsyncIterator[StreamItem]:
+async def _drain(first: Message, outbox: Outbox, work: asyncio.Task[JsonReply]) -> AsyncIterator[StreamItem]:
+    """The stream of one request: its notifications as the client reads them (see :mod:`.outbox` for
+    what a slow reader loses), then the final response, which is never dropped."""
     try:
         yield first
         while True:
-            getter = asyncio.create_task(queue.get())
+            getter = asyncio.create_task(outbox.get())
             await asyncio.wait({work, getter}, return_when=asyncio.FIRST_COMPLETED)
             if getter.done():
                 yield getter.result()
                 continue
             getter.cancel()
-            while not queue.empty():
-                yield queue.get_nowait()
+            for message in outbox.take_all():
+                yield message
             final = work.result().message
             if final is not None:
                 yield final

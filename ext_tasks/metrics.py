@@ -2,7 +2,8 @@
 
 Each server process exports its own figures (label ``instance`` is the scrape target's business):
 requests by method and outcome with their latency, task transitions by status, the run queue's depth,
-runs taken over from dead workers, and requestState rejections by reason.
+runs taken over from dead workers, requestState rejections by reason, and the notifications dropped
+because a client read its stream too slowly.
 """
 
 from __future__ import annotations
@@ -71,6 +72,13 @@ PACING_REFUSALS: Final = Counter(
     "ext_tasks_pacing_refusals_total",
     "Costly requests refused (HTTP 429) because their principal's budget (EXT_TASKS_PACING_RATE) was spent, "
     "by what was charged: body (a large request body) or listen (task ids and URIs named).",
+    ["kind"],
+    registry=REGISTRY,
+)
+NOTIFICATIONS_DROPPED: Final = Counter(
+    "ext_tasks_notifications_dropped_total",
+    "Notifications of inline requests dropped because the client read its stream slower than the tool "
+    "reported (the oldest progress first, then the oldest log line), by kind: progress, log, other.",
     ["kind"],
     registry=REGISTRY,
 )
@@ -148,6 +156,10 @@ REQUEST_STATS: Final = RequestStats()
 REGISTRY.register(REQUEST_STATS)
 #: Count one request: its method (see :func:`method_label`), outcome and seconds to answer.
 observe_request: Final = REQUEST_STATS.observe
+
+
+def notification_dropped(kind: str) -> None:
+    NOTIFICATIONS_DROPPED.labels(kind).inc()
 
 
 def header_tolerated(header: str) -> None:

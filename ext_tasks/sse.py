@@ -1,5 +1,5 @@
-"""Server-sent events, both ways: the frames this server writes, and the events it reads from an
-upstream server (``ext-tasks proxy``), through httpx-sse.
+"""Server-sent events: the frames this server writes, and how to tell an event stream from a JSON answer.
+(Reading another server's event stream, with a bound per event, is :mod:`.answers`.)
 
 Every message is one ``message`` event whose data is the JSON-RPC message; a keep-alive is an SSE
 comment (what ``None`` stands for in a stream of replies).
@@ -7,12 +7,9 @@ comment (what ``None`` stands for in a stream of replies).
 
 from __future__ import annotations
 
-import json
-from collections.abc import AsyncIterator
 from typing import Any, Final
 
 import httpx
-from httpx_sse import EventSource
 
 from .protocol.jsonrpc import encode
 
@@ -28,12 +25,3 @@ def frame(message: dict[str, Any] | None) -> bytes:
 def is_event_stream(response: httpx.Response) -> bool:
     content_type: str = response.headers.get("content-type", "")
     return content_type.startswith(CONTENT_TYPE)
-
-
-async def messages(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
-    """The JSON-RPC messages of an upstream's SSE response (comments and other events skipped)."""
-    async for event in EventSource(response).aiter_sse():
-        if event.data and event.event in ("message", ""):
-            decoded = json.loads(event.data)
-            if isinstance(decoded, dict):
-                yield decoded

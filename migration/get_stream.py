@@ -28,6 +28,7 @@ from ext_tasks.protocol.errors import ProtocolError
 from ext_tasks.protocol.jsonrpc import notification_message
 
 from .legacy_tasks import LegacyTasks, StreamQuestions
+from .remote import UpstreamFailed
 from .sessions import LegacySession, SessionStore
 from .translate import legacy_notification, legacy_task
 from .upstream import ModernCall, ModernUpstream
@@ -49,6 +50,11 @@ _CHANGES: Final = frozenset(
     }
 )
 _FOLLOWED: Final = _CHANGES | {"notifications/tasks"}
+#: Changes of the subscription waiting for the stream. A client that does not read its stream stops the
+#: watch from reading the subscription (whose own buffer then drops the oldest): nothing grows here.
+_CHANGES_BUFFER: Final = 256
+#: The pause before a subscription that broke off (a proxy's upstream went silent or away) is renewed.
+_RELISTEN_PAUSE_S: Final = 1.0
 
 
 class GetStream:
@@ -73,7 +79,11 @@ class GetStream:
         self._tasks = tasks
         self._modern = modern
         self._keepalive_s = keepalive_s
-        self._changes: asyncio.Queue[Message] = asyncio.Queue()
+        self._changes: asyncio.Queue[Message] = asyncio.Queue(_CHANGES_BUFFER)
+        #: A message that arrived together with the one :meth:`_next` returned, for its next turn.
+        self._early: list[Message] = []
+        #: Tasks whose status the next read tells as well (they went unwatched while a subscription broke).
+        self._recheck: set[str] = set()
         self._questions = StreamQuestions(sessions, session.session_id)
         self._watched: list[str] = []
         self._unread: list[str] = []
@@ -112,6 +122,13 @@ class GetStream:
             return []
         if message.get("kind") == "notification":
             return [message["message"]]
+        if message.get("kind") == "relisten":
+            # The subscription ended: renew it, and read the tasks once it is live, telling their status
+            # too (a change while there was no subscription would be lost otherwise).
+            self._recheck = set(self._watched[-SNAPSHOT_TASKS:])
+            self._unread.extend(self._recheck)
+            self._follow()
+            return []
         if message.get("kind") in ("resubscribe", "reconnected"):
             # The session's resource subscriptions changed, or the bus was down (an announcement of a
             # new task may be lost): read the session again and renew the subscription.
@@ -131,22 +148,28 @@ class GetStream:
                 await self._tasks.forward(self.session, self.caller, answered)
             return []
         if message.get("live") == self._generation:
-            unread, self._unread = list(dict.fromkeys(self._unread)), []
-            outgoing: list[Message] = []
-            for task in await self._read(unread):
-                questions = await self._questions.ask(task)
-                if questions:
-                    # As on a change, the status comes first: a task whose question is relayed from a
-                    # fresh read (the stream became live after the task started waiting) is also told
-                    # to be waiting, or a client that polls past the wait never learns it did.
-                    outgoing += await self._status(task)
-                outgoing += questions
-            return outgoing
+            return await self._read_unread()
         if message.get("method") == "notifications/tasks":
             task = message.get("params") or {}
             status = await self._status(task)
             return [*status, *await self._questions.ask(task)]
         return []
+
+    async def _read_unread(self) -> list[Message]:
+        """Once a subscription is live: the questions of the tasks not read since (and the status of those
+        to recheck)."""
+        unread, self._unread = list(dict.fromkeys(self._unread)), []
+        recheck, self._recheck = self._recheck, set()
+        outgoing: list[Message] = []
+        for task in await self._read(unread):
+            questions = await self._questions.ask(task)
+            if questions or task.get("taskId") in recheck:
+                # As on a change, the status comes first: a task whose question is relayed from a
+                # fresh read (the stream became live after the task started waiting) is also told
+                # to be waiting, or a client that polls past the wait never learns it did.
+                outgoing += await self._status(task)
+            outgoing += questions
+        return outgoing
 
     async def _status(self, task: Message) -> list[Message]:
         """``notifications/tasks/status`` for a change, unless it is older than one already told (the
@@ -174,6 +197,8 @@ class GetStream:
     async def _next(self, inbox: asyncio.Queue[Message]) -> Message | None:
         """The next message of the session bus or of the task subscription; ``None`` after a quiet
         keep-alive interval."""
+        if self._early:
+            return self._early.pop()
         readers = {asyncio.create_task(inbox.get()), asyncio.create_task(self._changes.get())}
         done, pending = await asyncio.wait(readers, timeout=self._keepalive_s, return_when=asyncio.FIRST_COMPLETED)
         for reader in pending:
@@ -181,8 +206,9 @@ class GetStream:
         if not done:
             return None
         first = done.pop()
-        for extra in done:  # both arrived at once: keep the other for the next turn
-            await (inbox if extra.result().get("kind") else self._changes).put(extra.result())
+        # Both arrived at once: the other is kept here for the next turn (putting it back could wait on a
+        # full queue that only this stream empties).
+        self._early.extend(extra.result() for extra in done)
         return first.result()
 
     def _follow(self) -> None:
@@ -201,11 +227,19 @@ class GetStream:
 
         async def watch() -> None:
             listen = self._modern(self.session, "subscriptions/listen", {"notifications": wanted}, tasks=True)
-            with contextlib.suppress(ProtocolError):  # an upstream that cannot listen: nothing to relay
+            try:
                 async for message in self._upstream.send(listen, self.caller):
                     if message.get("method") == "notifications/subscriptions/acknowledged":
                         await self._changes.put({"live": generation})
                     elif message.get("method") in _FOLLOWED:
                         await self._changes.put(message)
+                    elif "error" in message:
+                        return  # an upstream that cannot listen: nothing to relay
+            except UpstreamFailed:
+                pass  # broken off (silence past the proxy's read timeout, a restart): listen again
+            except ProtocolError:
+                return
+            await asyncio.sleep(_RELISTEN_PAUSE_S)
+            await self._changes.put({"kind": "relisten"})
 
         self._watch = asyncio.create_task(watch(), name="ext-tasks-legacy-task-watch")

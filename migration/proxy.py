@@ -2,21 +2,23 @@
 
 Legacy (2025-11-25) traffic is translated by the same :class:`~.shim.LegacyShim` the server uses in
 process, speaking the Tasks extension to the upstream through :class:`~.upstream.HttpUpstream`.
-Modern traffic is passed through unchanged, so one proxy URL serves both eras.
+Modern traffic is passed through unchanged, so one proxy URL serves both eras. Either way the
+upstream's answers are read with bounds (:mod:`.remote`): what cannot be relayed is answered as a
+JSON-RPC error with a 5xx status, or ends a stream already begun with that error.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import AsyncIterator, Mapping, Sequence
+import contextlib
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from typing import Any, Final
 
 from ext_tasks import sse
 from ext_tasks.auth import Principal
-from ext_tasks.protocol.errors import InternalError
-from ext_tasks.protocol.jsonrpc import Message, encode, id_of, to_wire
+from ext_tasks.protocol.jsonrpc import Message, RequestId, encode, error_message, id_of, to_wire
 from ext_tasks.replies import JsonReply, Reply, StreamItem, StreamReply
 
+from .remote import UpstreamFailed
 from .upstream import HttpUpstream
 
 #: Request headers a modern client sends that the upstream needs to see.
@@ -41,35 +43,42 @@ class ForwardingHandler:
             if values and (name in _FORWARDED or name.startswith("mcp-param-"))
         }
         forwarded |= {"content-type": "application/json", "accept": "application/json, text/event-stream"}
-        client = self.upstream.client
-        request = client.build_request("POST", self.upstream.url, headers=forwarded, content=body)
+        # The header names the method without decoding the body (the upstream checks that they agree);
+        # it only chooses how long the upstream may stay silent.
+        method = forwarded.get("mcp-method", "")
+        reading = self.upstream.reading
+        request_id = id_of(body)
         try:
-            response = await client.send(request, stream=True)
-        except Exception:  # noqa: BLE001 - any transport failure is "upstream unavailable" to the client
-            return JsonReply.error(id_of(body), InternalError("Upstream server unavailable"), 502)
-        if sse.is_event_stream(response):
-
-            async def items() -> AsyncIterator[StreamItem]:
-                try:
-                    async for message in sse.messages(response):
-                        yield message
-                finally:
-                    await response.aclose()
-
-            return StreamReply(items())
-        raw = await response.aread()
-        await response.aclose()
-        if response.status_code == 202 or not raw:
-            return JsonReply(202, None)
-        try:
-            message: Any = json.loads(raw)
-        except ValueError:
-            message = None
-        if not isinstance(message, dict):
-            error = InternalError(f"Upstream answered HTTP {response.status_code} without JSON-RPC")
-            return JsonReply.error(id_of(body), error, 502)
-        retry_after = response.headers.get("retry-after")
-        return JsonReply(response.status_code, message, {"Retry-After": retry_after} if retry_after else {})
+            response = await reading.open(method, self.upstream.url, forwarded, body)
+            if not sse.is_event_stream(response):
+                message = await reading.message(method, response)
+                if message is None:
+                    return JsonReply(202, None)
+                retry_after = response.headers.get("retry-after")
+                return JsonReply(response.status_code, message, {"Retry-After": retry_after} if retry_after else {})
+            messages = reading.messages(method, response)
+            # The first message is read before the stream is answered, so an upstream stream that fails
+            # from the start (too large, silent, not JSON) is a 5xx like a JSON answer, not a 200.
+            first = await anext(messages, None)
+        except UpstreamFailed as exc:
+            return JsonReply.error(request_id, exc)
+        if first is None:
+            return JsonReply.error(request_id, UpstreamFailed("Upstream answered an event stream without a message"))
+        return StreamReply(_relayed(first, messages, request_id))
 
     def close(self) -> None:
         return None
+
+
+async def _relayed(
+    first: dict[str, Any], messages: AsyncGenerator[dict[str, Any], None], request_id: RequestId | None
+) -> AsyncIterator[StreamItem]:
+    """An upstream's event stream, message by message; one that breaks off (too large an event, silence,
+    a broken connection) ends with the error as the request's response."""
+    async with contextlib.aclosing(messages):
+        yield first
+        try:
+            async for message in messages:
+                yield message
+        except UpstreamFailed as exc:
+            yield error_message(request_id, exc)

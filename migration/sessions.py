@@ -37,6 +37,9 @@ _SWEEP_EVERY_S: Final = 60.0
 _INDEX_LIFETIME_S: Final = 7 * 86_400.0
 _INDEX_PER_SCOPE: Final = 10_000
 _IDENTITY_CHARS: Final = 200
+#: Messages one subscriber of a session's bus may have waiting, as on Valkey (``store/channels.py``):
+#: past it the oldest is dropped, so a stream that does not read holds no more.
+_BUS_QUEUE: Final = 1024
 
 
 class TooManySessions(Exception):
@@ -235,11 +238,13 @@ class MemorySessionStore:
 
     async def publish(self, session_id: str, message: dict[str, Any]) -> None:
         for queue in self._queues.get(session_id, ()):
+            if queue.full():
+                queue.get_nowait()
             queue.put_nowait(message)
 
     @contextlib.asynccontextmanager
     async def subscribe(self, session_id: str) -> AsyncIterator[asyncio.Queue[dict[str, Any]]]:
-        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(_BUS_QUEUE)
         self._queues[session_id].add(queue)
         try:
             yield queue

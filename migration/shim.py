@@ -52,6 +52,7 @@ from .get_stream import GetStream
 from .legacy_calls import LegacyCalls
 from .legacy_tasks import LegacyTasks
 from .own_tasks import OwnTasks
+from .remote import UpstreamFailed
 from .sessions import LegacySession, SessionStore, TooManySessions, client_identity, kept_capabilities, new_session_id
 from .translate import (
     legacy_result,
@@ -321,8 +322,8 @@ def _failure(request_id: Any, error: ProtocolError, status: int | None = None) -
 
 def _method_failure(request_id: Any, error: ProtocolError) -> Reply:
     """A method's failure: 2025-11-25 answers it with HTTP 200 and the JSON-RPC error, except one that
-    means "retry later" (429 or 503, with ``Retry-After``)."""
-    return _failure(request_id, error, None if isinstance(error, LimitExceeded | Busy) else 200)
+    means "retry later" (429 or 503, with ``Retry-After``) and a proxy's upstream that failed (502, 504)."""
+    return _failure(request_id, error, None if isinstance(error, LimitExceeded | Busy | UpstreamFailed) else 200)
 
 
 async def _reply(request: Request, messages: AsyncIterator[Message]) -> Reply:

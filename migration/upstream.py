@@ -9,8 +9,8 @@ body and the SEP-2243 headers).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
-import json
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -19,8 +19,7 @@ from ext_tasks import sse
 from ext_tasks.auth import Caller
 from ext_tasks.engine import Engine
 from ext_tasks.protocol.envelope import META_STATUS_ONLY, META_TTL_HINT, Envelope
-from ext_tasks.protocol.errors import InternalError
-from ext_tasks.protocol.jsonrpc import Request, encode, error_message
+from ext_tasks.protocol.jsonrpc import Request, encode
 from ext_tasks.protocol.outbound import InvalidHeaderAnnotation, header_params_of, mirror_headers
 from ext_tasks.protocol.versions import (
     META_CLIENT_CAPABILITIES,
@@ -30,6 +29,8 @@ from ext_tasks.protocol.versions import (
     MODERN_2026_07_28,
 )
 from ext_tasks.replies import JsonReply
+
+from .remote import Reading, UpstreamFailed
 
 _ids = itertools.count(1)
 
@@ -128,14 +129,14 @@ class HttpUpstream:
     ``Mcp-Param-*`` headers are derived from the upstream's own ``tools/list``.
     """
 
-    def __init__(self, url: str, *, timeout_s: float = 30.0) -> None:
-        import httpx
-
+    def __init__(self, url: str, *, reading: Reading | None = None) -> None:
         self.url = url
-        self.client = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, read=None))
+        #: The limits the upstream's answers are read with (size, silence), and the httpx client.
+        self.reading = reading or Reading()
         self._header_params: dict[str, dict[str, str]] | None = None
 
     async def send(self, call: ModernCall, caller: Caller) -> AsyncIterator[dict[str, Any]]:
+        """Raises an :class:`~.remote.UpstreamFailed` when the answer cannot be relayed."""
         header_params: Mapping[str, str] = {}
         if call.method == "tools/call":
             header_params = (await self._tools(caller)).get(str(call.params.get("name")), {})
@@ -146,20 +147,16 @@ class HttpUpstream:
         }
         if caller.authorization is not None:
             headers["Authorization"] = caller.authorization
-        async with self.client.stream("POST", self.url, headers=headers, content=encode(call.body())) as response:
-            if sse.is_event_stream(response):
-                async for message in sse.messages(response):
+        response = await self.reading.open(call.method, self.url, headers, encode(call.body()))
+        if sse.is_event_stream(response):
+            async with contextlib.aclosing(self.reading.messages(call.method, response)) as messages:
+                async for message in messages:
                     yield message
-                return
-            raw = await response.aread()
-        try:
-            decoded: object = json.loads(raw)
-        except ValueError:
-            decoded = None
-        if isinstance(decoded, dict):
-            yield decoded
             return
-        yield error_message(None, InternalError(f"Upstream answered HTTP {response.status_code} without JSON-RPC"))
+        answer = await self.reading.message(call.method, response)
+        if answer is None:  # 202 to a request: no JSON-RPC response where one was due
+            raise UpstreamFailed("Upstream answered HTTP 202 to a request")
+        yield answer
 
     async def _tools(self, caller: Caller) -> dict[str, dict[str, str]]:
         if self._header_params is None:
@@ -178,4 +175,4 @@ class HttpUpstream:
         return dict.fromkeys(await self._tools(caller), "optional")
 
     async def close(self) -> None:
-        await self.client.aclose()
+        await self.reading.close()

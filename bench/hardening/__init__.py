@@ -8,12 +8,22 @@
 3. :mod:`~bench.hardening.fig3_memory`: the in-memory stores' sizes and the server's RSS after tasks and
    sessions lapse and the sweep has run (a real server through the :mod:`~bench.hardening.fig3_server`
    launcher, which records the stores' container lengths).
+4. :mod:`~bench.hardening.fig4_stored_bytes`: what one client makes Valkey keep (before: 217690e): large
+   task arguments, answers and status messages, a legacy shim-inline task's ttl, creations under a byte
+   budget, and Valkey commands per task lifecycle.
+5. :mod:`~bench.hardening.fig5_buffers`: every buffer has a bound (before: 217690e): the server behind a
+   client that never reads, ``ext-tasks proxy`` and the client against a hostile upstream, polls a second.
+6. :mod:`~bench.hardening.hostile_text`: what a hostile server's text does to the CLI's terminal (before:
+   217690e), run on its own: ``python -m bench.hardening.hostile_text``.
 
 Run from the repository root with the dev environment's interpreter::
 
     .venv/bin/python -m bench.hardening fig1
     .venv/bin/python -m bench.hardening fig2 --store valkey      # or --store memory, --body-bytes N
     .venv/bin/python -m bench.hardening fig3 --tasks 20000 --sessions 2000 --cycles 1
+    .venv/bin/python -m bench.hardening fig4 --before 217690e
+    .venv/bin/python -m bench.hardening fig5 --answer-mib 300   # before: 217690e
+    .venv/bin/python -m bench.hardening.hostile_text
 
 Each takes ``--before REV|DIR --after REV|DIR`` (a commit is extracted with ``git archive REV | tar -x``
 into a temporary directory, removed afterwards unless ``--keep-checkouts``), ``--versions before after``

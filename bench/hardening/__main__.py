@@ -5,13 +5,14 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 
-from . import fig1_dropped_waits, fig2_oversized_listen, fig3_memory, fig4_stored_bytes
+from . import fig1_dropped_waits, fig2_oversized_listen, fig3_memory, fig4_stored_bytes, fig5_buffers
 
 FIGURES: dict[str, Callable[[Sequence[str] | None], int]] = {
     "fig1": fig1_dropped_waits.main,
     "fig2": fig2_oversized_listen.main,
     "fig3": fig3_memory.main,
     "fig4": fig4_stored_bytes.main,
+    "fig5": fig5_buffers.main,
 }
 
 

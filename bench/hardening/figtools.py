@@ -1,12 +1,14 @@
 """Tools for the hardening figures, written against the public ToolRegistry API both checkouts share.
 
-Served as `--tools figtools` (this directory is on the children's PYTHONPATH, after the checkout).
+Served as `--tools figtools` (this directory is on the children's PYTHONPATH, after the checkout); the
+end-to-end test of the notification buffer serves it as `bench.hardening.figtools`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import time
 
 from ext_tasks import Context, ToolRegistry
 
@@ -50,3 +52,15 @@ async def chatter(ctx: Context, size: int = 0) -> str:
 @registry.tool(task="optional", preflight=True, description="Finishes before it becomes a task (figure 4).")
 async def instant(ctx: Context) -> str:
     return "instant"
+
+
+@registry.tool(description="Reports progress as fast as it can for `seconds`, or `count` times if given, then answers.")
+async def spew(ctx: Context, seconds: float = 10.0, pad: int = 1000, count: int = 0) -> str:
+    """Each report carries `pad` characters (its message)."""
+    ends = time.monotonic() + max(0.0, min(seconds, 600.0))
+    text = "x" * max(0, min(pad, 100_000))
+    sent = 0
+    while time.monotonic() < ends and not 0 < count <= sent:
+        sent += 1
+        await ctx.report_progress(sent, count or None, text)
+    return f"reported {sent}"

@@ -4,6 +4,7 @@ exceptions they raise. Nothing here imports the server."""
 from .client import Client
 from .errors import (
     ClientError,
+    DeadlineExceeded,
     HeaderMismatch,
     HttpError,
     InternalError,
@@ -12,6 +13,7 @@ from .errors import (
     LimitExceeded,
     MethodNotFound,
     MissingCapability,
+    ResponseTooLarge,
     RpcError,
     TaskCancelled,
     TaskFailed,
@@ -24,6 +26,7 @@ from .transport import RetryPolicy
 __all__ = [
     "Client",
     "ClientError",
+    "DeadlineExceeded",
     "HeaderMismatch",
     "HttpError",
     "InternalError",
@@ -32,6 +35,7 @@ __all__ = [
     "LimitExceeded",
     "MethodNotFound",
     "MissingCapability",
+    "ResponseTooLarge",
     "RetryPolicy",
     "RpcError",
     "TaskCancelled",

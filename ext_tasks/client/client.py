@@ -27,12 +27,13 @@ from typing import Any, Final
 
 import httpx
 
+from .. import answers
 from ..protocol.envelope import META_IDEMPOTENCY_KEY
 from ..protocol.outbound import InvalidHeaderAnnotation, header_params_of, mirror_headers
 from ..protocol.versions import META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_PROTOCOL_VERSION, MODERN_VERSIONS
 from .errors import ClientError, InvalidResponse, UnsupportedVersion
 from .inputs import Elicit, InputHandlers, Roots, Sample
-from .tasks import LISTEN_QUIET_S, TaskHandle
+from .tasks import LISTEN_QUIET_S, TaskHandle, within
 from .transport import Notify, RetryPolicy, Transport
 
 CLIENT_INFO: Final = {"name": "ext-tasks-client", "version": "0.1.0"}
@@ -58,6 +59,7 @@ class Client:
         client_info: Mapping[str, Any] | None = None,
         on_notification: Notify | None = None,
         http: httpx.AsyncClient | None = None,
+        max_response_bytes: int = answers.DEFAULT_LIMIT,
     ) -> None:
         """``token``: sent as ``Authorization: Bearer``. ``elicitation``, ``sampling``, ``roots``: answer
         the server's input requests (and declare those capabilities); ``elicitation_modes``: the modes the
@@ -66,7 +68,9 @@ class Client:
         extension. ``listen``: follow tasks with ``subscriptions/listen`` where offered (else: poll).
         ``timeout_s``: per request (a request that times out is resent). ``on_notification``: progress
         and log notifications sent while a request runs. ``http``: an httpx client to share (not closed
-        here)."""
+        here). ``max_response_bytes``: the largest answer read, a JSON body or one event of a stream
+        (16 MiB by default); a larger one raises :class:`ResponseTooLarge`. A whole call is bounded by
+        the ``deadline_s`` of :meth:`call_tool` and :meth:`TaskHandle.wait`."""
         self.inputs = InputHandlers(elicitation, sampling, roots, tasks, frozenset(elicitation_modes))
         self.listen = listen
         self._own_http = http is None
@@ -74,7 +78,14 @@ class Client:
         extra = dict(headers or {})
         if token is not None:
             extra["Authorization"] = f"Bearer {token}"
-        self._transport = Transport(url, self._http, headers=extra, retry=retry, on_notification=on_notification)
+        self._transport = Transport(
+            url,
+            self._http,
+            headers=extra,
+            retry=retry,
+            on_notification=on_notification,
+            max_response_bytes=max_response_bytes,
+        )
         self._client_info = dict(client_info or CLIENT_INFO)
         self._version = MODERN_VERSIONS[0]
         #: Each tool's ``Mcp-Param-*`` headers (header name -> argument), from ``tools/list``; or why
@@ -158,22 +169,43 @@ class Client:
         return [tool for tool in tools if str(tool.get("name")) not in self.refused_tools]
 
     async def call_tool(
-        self, name: str, arguments: Mapping[str, Any] | None = None, *, idempotency_key: str | None = None
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        idempotency_key: str | None = None,
+        deadline_s: float | None = None,
     ) -> dict[str, Any]:
         """Run a tool to its end: the final ``CallToolResult`` (``isError`` results included).
 
         Raises :class:`TaskFailed` / :class:`TaskCancelled` when the task ends so, :class:`RpcError`
-        subclasses for refusals, :class:`TransportError` when no answer came after the resends."""
-        handle = await self.start_tool(name, arguments, idempotency_key=idempotency_key)
-        return await handle.wait()
+        subclasses for refusals, :class:`TransportError` when no answer came after the resends,
+        :class:`DeadlineExceeded` when ``deadline_s`` seconds pass first (resends and polls included; a
+        task already created goes on, and the exception names it)."""
+        async with within(deadline_s) as deadline:
+            handle = await self.start_tool(name, arguments, idempotency_key=idempotency_key)
+            deadline.task_id = handle.task_id
+            return await handle.wait()
 
     async def start_tool(
-        self, name: str, arguments: Mapping[str, Any] | None = None, *, idempotency_key: str | None = None
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        idempotency_key: str | None = None,
+        deadline_s: float | None = None,
     ) -> TaskHandle:
         """Call a tool up to its task (or its inline answer): a handle to follow it.
 
         Input requested before a task exists is answered here (multi round-trip requests). The call's
-        idempotency key (minted here unless given) goes with every send of it, resends included."""
+        idempotency key (minted here unless given) goes with every send of it, resends included.
+        ``deadline_s`` bounds this part only (:class:`DeadlineExceeded`)."""
+        async with within(deadline_s):
+            return await self._start_tool(name, arguments, idempotency_key)
+
+    async def _start_tool(
+        self, name: str, arguments: Mapping[str, Any] | None, idempotency_key: str | None
+    ) -> TaskHandle:
         key = idempotency_key or secrets.token_urlsafe(18)
         header_params = await self._header_params(name)
         base = {"name": name, "arguments": dict(arguments or {})}

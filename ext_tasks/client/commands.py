@@ -9,7 +9,8 @@ command line.
 
 Arguments follow httpie: ``key=value`` is a string, ``key:=json`` any JSON value. Exit status: 0 for a
 completed result, 1 for an ``isError`` result or a task that ended ``failed`` or ``cancelled``, 2 for a
-usage or protocol error, 130 when a second Ctrl-C left the task running (its id is printed on stdout).
+usage or protocol error or when ``--timeout`` passed (a task it started goes on: its id is printed on
+stdout), 130 when a second Ctrl-C left the task running (its id is printed on stdout too).
 Ctrl-C once cancels the task (a second one within a second leaves it running instead).
 """
 
@@ -25,9 +26,9 @@ from typing import Any, Final, TextIO
 
 from .client import Client
 from .console import Console
-from .errors import ClientError, TaskCancelled, TaskFailed
+from .errors import ClientError, DeadlineExceeded, TaskCancelled, TaskFailed
 from .safe_text import safe_json, safe_text
-from .tasks import TaskHandle
+from .tasks import TaskHandle, within
 
 DEFAULT_URL: Final = "http://127.0.0.1:3001/mcp"
 EXIT_OK: Final = 0
@@ -48,10 +49,12 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     call.add_argument("tool", help="the tool's name")
     call.add_argument("items", nargs="*", metavar="key=value|key:=json", help="the tool's arguments")
     _connection_flags(call)
+    _timeout_flag(call)
     task = commands.add_parser("task", help="follow a task: get, wait or cancel")
     task.add_argument("action", choices=("get", "wait", "cancel"))
     task.add_argument("task_id", help="the task's id")
     _connection_flags(task)
+    _timeout_flag(task)
     tools = commands.add_parser("tools", help="list a server's tools")
     _connection_flags(tools)
 
@@ -61,6 +64,25 @@ def _connection_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--token", help="bearer token sent as Authorization")
     parser.add_argument("--json", action="store_true", help="print the result as JSON and nothing else on stdout")
     parser.add_argument("--no-input", action="store_true", help="never ask questions (no elicitation declared)")
+
+
+def _timeout_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--timeout",
+        type=_seconds,
+        metavar="SECONDS",
+        help="call, task wait: stop waiting for the result after SECONDS (exit 2; a task goes on, its id printed)",
+    )
+
+
+def _seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError("the timeout must be a positive number of seconds")
+    return seconds
 
 
 def parse_items(items: Sequence[str]) -> dict[str, Any]:
@@ -122,6 +144,12 @@ async def _run(args: argparse.Namespace, console: Console, out: TextIO) -> int:
         except TaskCancelled as exc:
             console.say(f"task {exc.task_id} was cancelled")
             return EXIT_TOOL_ERROR
+        except DeadlineExceeded as exc:
+            console.say(f"error: {exc}")
+            if exc.task_id is not None:
+                console.say(f"follow it with: ext-tasks task wait {exc.task_id}")
+                print(exc.task_id, file=out)  # what a script needs to pick it up again
+            return EXIT_USAGE
         except ClientError as exc:
             console.say(f"error: {exc}")
             return EXIT_USAGE
@@ -142,10 +170,12 @@ async def _follow(
     interrupts = _Interrupts(console, waiting)
     loop.add_signal_handler(signal.SIGINT, interrupts.pressed)
     try:
-        interrupts.handle = await start()
-        if interrupts.handle.task_id is not None:
-            console.started(interrupts.handle.task_id)
-        result = await _wait_showing(console, interrupts.handle)
+        async with within(args.timeout) as deadline:  # DeadlineExceeded, not CancelledError: not a Ctrl-C
+            interrupts.handle = await start()
+            deadline.task_id = interrupts.handle.task_id
+            if interrupts.handle.task_id is not None:
+                console.started(interrupts.handle.task_id)
+            result = await _wait_showing(console, interrupts.handle)
     except asyncio.CancelledError:
         return interrupts.stopped(out)
     finally:

@@ -16,6 +16,8 @@
       TransportError           no answer: the connection, a timeout or HTTP 5xx, after the resends
       HttpError                an HTTP error without a JSON-RPC body (401, 403, 404 of a wrong path ...)
       InvalidResponse          the server answered something the protocol does not allow
+      ResponseTooLarge         an answer (a body, or one event of a stream) over ``max_response_bytes``
+      DeadlineExceeded         the call's ``deadline_s`` passed first (also a ``TimeoutError``)
 
 A ``completed`` task whose result has ``isError: true`` is not an exception: the tool ran and said so,
 and ``call_tool`` returns that result.
@@ -124,6 +126,26 @@ class HttpError(ClientError):
 class InvalidResponse(ClientError):
     """The server's answer breaks the protocol (an unknown ``resultType``, a result that is not an object,
     an input request this client did not declare a capability for)."""
+
+
+class ResponseTooLarge(ClientError):
+    """The server's answer, a JSON body or one event of a stream, is larger than the client's
+    ``max_response_bytes``: reading stopped there. Not resent: the same request would get it again."""
+
+    def __init__(self, method: str, limit: int) -> None:
+        super().__init__(f"{method}: the server's answer is larger than {limit} bytes (max_response_bytes)")
+        self.limit = limit
+
+
+class DeadlineExceeded(ClientError, TimeoutError):
+    """The call's ``deadline_s`` passed before its result. ``task_id`` names the task it started, still
+    running on the server (follow it later with ``client.task(task_id)``); ``None`` if none was created."""
+
+    def __init__(self, seconds: float, task_id: str | None) -> None:
+        where = f"task {task_id} is still running" if task_id else "no task was created"
+        super().__init__(f"no result within {seconds:g} s ({where})")
+        self.seconds = seconds
+        self.task_id = task_id
 
 
 _CLASSES: dict[int, type[RpcError]] = {

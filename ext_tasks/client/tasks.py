@@ -4,19 +4,21 @@ A :class:`TaskHandle` comes from :meth:`Client.start_tool` (a task the server cr
 given inline, already done) or from :meth:`Client.task` (a task started elsewhere). Its states come
 from ``subscriptions/listen`` when the server offers it, and from ``tasks/get`` at the server's
 ``pollIntervalMs`` otherwise (or when a listen stream goes quiet or breaks: then one read catches
-up and listening starts again).
+up and listening starts again). Polls are never closer than :data:`MIN_POLL_S`, whatever the server
+suggests. ``wait(deadline_s=...)`` bounds the whole wait (:class:`DeadlineExceeded`, naming the task).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 import httpx
 
 from .errors import (
+    DeadlineExceeded,
     HttpError,
     InvalidResponse,
     MethodNotFound,
@@ -31,9 +33,13 @@ if TYPE_CHECKING:
     from .client import Client
 
 TERMINAL: Final = frozenset({"completed", "failed", "cancelled"})
-#: The pause between polls when the server suggests none.
+#: The pause between polls when the server suggests none (or something that is not a number).
 DEFAULT_POLL_S: Final = 1.0
-_POLL_BOUNDS_S: Final = (0.005, 3600.0)
+#: The pause between polls is kept between these, whatever the server suggests: a server saying 0 (or a
+#: negative number) would have the client poll as fast as the network answers; one saying an hour would
+#: leave it blind that long when listening is not offered.
+MIN_POLL_S: Final = 0.1
+MAX_POLL_S: Final = 60.0
 #: A listen stream silent this long (keep-alives included) is taken as broken: read, then listen again.
 LISTEN_QUIET_S: Final = 60.0
 #: How long one listen stream is followed before the task is read once and a new one opened: a bound on
@@ -43,12 +49,11 @@ LISTEN_REFRESH_S: Final = 30.0
 
 
 def poll_seconds(state: Mapping[str, Any] | None) -> float:
-    """The server's suggested poll interval, in seconds."""
+    """The server's suggested poll interval, in seconds, kept between :data:`MIN_POLL_S` and :data:`MAX_POLL_S`."""
     interval = state.get("pollIntervalMs") if state is not None else None
     if not isinstance(interval, int | float) or isinstance(interval, bool):
         return DEFAULT_POLL_S
-    low, high = _POLL_BOUNDS_S
-    return min(high, max(low, interval / 1000.0))
+    return min(MAX_POLL_S, max(MIN_POLL_S, interval / 1000.0))
 
 
 class TaskHandle:
@@ -94,12 +99,13 @@ class TaskHandle:
         await self._client.request("tasks/update", {"taskId": self.task_id, "inputResponses": fresh})
         self._answered.update(fresh)
 
-    async def wait(self) -> dict[str, Any]:
+    async def wait(self, *, deadline_s: float | None = None) -> dict[str, Any]:
         """The final ``CallToolResult``, answering the task's questions with the client's callbacks.
 
-        Raises :class:`TaskFailed` or :class:`TaskCancelled` for those ends (never retried)."""
+        Raises :class:`TaskFailed` or :class:`TaskCancelled` for those ends (never retried), and
+        :class:`DeadlineExceeded` when ``deadline_s`` seconds pass first (the task goes on)."""
         state = self.last
-        async with contextlib.aclosing(self.updates()) as updates:
+        async with within(deadline_s, self.task_id), contextlib.aclosing(self.updates()) as updates:
             async for state in updates:
                 if state.get("status") == "input_required":
                     requests = state.get("inputRequests")
@@ -192,6 +198,31 @@ class TaskHandle:
                 yield state
                 if state.get("status") in TERMINAL:
                     return
+
+
+class Deadline:
+    """What :func:`within` knows of the call it bounds: the task it started, once there is one."""
+
+    def __init__(self, task_id: str | None) -> None:
+        self.task_id = task_id
+
+
+@contextlib.asynccontextmanager
+async def within(seconds: float | None, task_id: str | None = None) -> AsyncIterator[Deadline]:
+    """Bound the block by ``seconds`` (``None``: no bound): :class:`DeadlineExceeded` when they pass,
+    naming the deadline's ``task_id`` (set it once the block has started a task)."""
+    deadline = Deadline(task_id)
+    if seconds is None:
+        yield deadline
+        return
+    scope = asyncio.timeout(seconds)
+    try:
+        async with scope:
+            yield deadline
+    except TimeoutError:
+        if scope.expired():
+            raise DeadlineExceeded(seconds, deadline.task_id) from None
+        raise
 
 
 class _NotHonoured(Exception):

@@ -6,6 +6,10 @@ the caller: the server's ``Retry-After`` is honoured). Pauses grow exponentially
 else is final and raised as a typed :mod:`~ext_tasks.client.errors` exception: a JSON-RPC error the
 server chose to answer is an answer, not a lost one.
 
+Every answer is read with a bound (:mod:`~ext_tasks.answers`): a JSON body, or one event of a stream,
+larger than ``max_response_bytes`` stops the read with :class:`ResponseTooLarge`, and JSON nested deeper
+than 100 levels is not taken (:class:`InvalidResponse`); a server cannot make the client hold more.
+
 Resending is what makes a lost answer harmless: reads (``tasks/get``) and acknowledgements
 (``tasks/update``, ``tasks/cancel``) are idempotent, and a ``tools/call`` carries an idempotency key
 that names the same task when it arrives twice (on servers that honour the key).
@@ -17,17 +21,17 @@ import asyncio
 import contextlib
 import email.utils
 import itertools
-import json
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 import httpx
 
-from .. import sse
+from .. import answers, sse
+from ..protocol.errors import ParseError
 from ..protocol.jsonrpc import encode
-from .errors import HttpError, InvalidResponse, RpcError, TransportError, rpc_error
+from .errors import HttpError, InvalidResponse, ResponseTooLarge, RpcError, TransportError, rpc_error
 
 #: HTTP statuses that mean "not served this time" rather than "refused".
 RESEND_STATUSES: Final = frozenset({429, 502, 503, 504})
@@ -86,8 +90,10 @@ class Transport:
         headers: Mapping[str, str] | None = None,
         retry: RetryPolicy | None = None,
         on_notification: Notify | None = None,
+        max_response_bytes: int = answers.DEFAULT_LIMIT,
     ) -> None:
         self.url = url
+        self.max_response_bytes = max_response_bytes
         self._http = http
         self._headers = {
             "Content-Type": "application/json",
@@ -125,6 +131,10 @@ class Transport:
             await asyncio.sleep(policy.pause(resend, retry_after))
 
     async def _send_once(self, method: str, params: dict[str, Any], headers: Mapping[str, str]) -> _Answer:
+        with _bounded(method, self.max_response_bytes):
+            return await self._exchange(method, params, headers)
+
+    async def _exchange(self, method: str, params: dict[str, Any], headers: Mapping[str, str]) -> _Answer:
         request_id = self.next_id()
         message = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
         async with self._http.stream(
@@ -132,19 +142,16 @@ class Transport:
         ) as response:
             retry_after = retry_after_seconds(response.headers.get("retry-after"))
             if sse.is_event_stream(response):
-                async for received in sse.messages(response):
+                async for received in answers.messages(response, self.max_response_bytes):
                     if _answers(received, request_id):
                         return _Answer(response.status_code, received, retry_after)
                     await self._notify(received)
                 # The stream broke before its answer: the request was lost with it.
                 raise httpx.RemoteProtocolError("the event stream ended without the response")
-            raw = await response.aread()
+            raw = await answers.read_body(response, self.max_response_bytes)
+        decoded = _json_object(raw)
         text = raw.decode("utf-8", errors="replace")
-        try:
-            decoded: object = json.loads(raw) if raw else None
-        except ValueError:
-            decoded = None
-        if isinstance(decoded, dict) and ("result" in decoded or "error" in decoded):
+        if decoded is not None and ("result" in decoded or "error" in decoded):
             return _Answer(response.status_code, decoded, retry_after, text)
         return _Answer(response.status_code, None, retry_after, text)
 
@@ -173,27 +180,45 @@ class Transport:
             timeout=httpx.Timeout(self._http.timeout.connect, read=quiet_s),
         ) as response:
             if not sse.is_event_stream(response):
-                raw = await response.aread()
-                try:
-                    decoded: object = json.loads(raw) if raw else None
-                except ValueError:
-                    decoded = None
-                body = decoded if isinstance(decoded, dict) else None
+                with _bounded("subscriptions/listen", self.max_response_bytes):
+                    raw = await answers.read_body(response, self.max_response_bytes)
                 text = raw.decode(errors="replace")
-                _result_of("subscriptions/listen", _Answer(response.status_code, body, None, text))
+                _result_of("subscriptions/listen", _Answer(response.status_code, _json_object(raw), None, text))
                 raise InvalidResponse("subscriptions/listen answered without an event stream")
 
             async def notifications() -> AsyncGenerator[dict[str, Any], None]:
-                async for received in sse.messages(response):
-                    if _answers(received, request_id):
-                        if "error" in received:
-                            raise _error_of(received, response.status_code)
-                        return  # the server closed the subscription
-                    if "method" in received:
-                        yield received
+                with _bounded("subscriptions/listen", self.max_response_bytes):
+                    async for received in answers.messages(response, self.max_response_bytes):
+                        if _answers(received, request_id):
+                            if "error" in received:
+                                raise _error_of(received, response.status_code)
+                            return  # the server closed the subscription
+                        if "method" in received:
+                            yield received
 
             async with contextlib.aclosing(notifications()) as stream:
                 yield stream
+
+
+@contextlib.contextmanager
+def _bounded(method: str, limit: int) -> Iterator[None]:
+    """The typed errors of a read with bounds: too large an answer, an event that is not JSON."""
+    try:
+        yield
+    except answers.AnswerTooLarge:
+        raise ResponseTooLarge(method, limit) from None
+    except ParseError as exc:
+        raise InvalidResponse(f"{method}: {exc.message}") from None
+
+
+def _json_object(raw: bytes) -> dict[str, Any] | None:
+    """A JSON object, or ``None`` for a body that is empty, not an object, not JSON or nested too deep."""
+    if not raw.strip():
+        return None
+    try:
+        return answers.json_object(raw)
+    except ParseError:
+        return None
 
 
 def _answers(message: dict[str, Any], request_id: int) -> bool:

@@ -68,6 +68,17 @@ def decode_message(body: bytes) -> Message:
     return parse_message(_decode(body))
 
 
+def decode_json(body: bytes) -> object:
+    """The JSON value of ``body``, with the limits every message this project reads has (no deeper than
+    :data:`MAX_DEPTH` levels): for answers read from another server (the proxy's upstream, the client's
+    server), which are not requests to classify.
+
+    Raises:
+        ParseError: not JSON (including invalid UTF-8), or nested too deep.
+    """
+    return _decode(body)
+
+
 def _decode(body: bytes) -> object:
     """The JSON value of ``body``, no deeper than :data:`MAX_DEPTH` levels; every decode of a message
     goes through here, so the limit is the same on every path."""

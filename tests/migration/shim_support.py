@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import anyio
@@ -41,7 +41,7 @@ from ext_tasks.worker import Worker
 from migration.router import EraRouter
 from migration.sessions import MemorySessionStore
 from migration.shim import LegacyShim, ShimOptions
-from migration.upstream import EngineUpstream
+from migration.upstream import EngineUpstream, ModernUpstream
 
 LEGACY_VERSION = "2025-11-25"
 MODERN_VERSION = "2026-07-28"
@@ -169,11 +169,17 @@ class Legacy:
     """Engine, worker, shim and era router over the memory stores, as ``compose.Runtime`` wires them."""
 
     def __init__(
-        self, *, max_waits: int = 256, worker: WorkerOptions | None = None, own_places: bool = False, **policy: Any
+        self,
+        *,
+        max_waits: int = 256,
+        worker: WorkerOptions | None = None,
+        own_places: bool = False,
+        upstream: Callable[[Engine], ModernUpstream] = EngineUpstream,
+        **policy: Any,
     ) -> None:
         """``policy``: task options beyond the fast polling here; ``own_places``: the shim counts its own
         tasks in the session store's places, as behind ``ext-tasks proxy`` (else in the task store's,
-        as ``ext-tasks serve`` composes it)."""
+        as ``ext-tasks serve`` composes it); ``upstream``: what the shim sends its modern calls to."""
         self.registry = make_registry()
         self.store = WatchedStore()
         options = TaskOptions(**{"poll_interval_ms": 50, "poll_interval_max_ms": 50, **policy})
@@ -190,9 +196,10 @@ class Legacy:
             tasks=options,
             worker=worker or WorkerOptions(),
         )
-        upstream = EngineUpstream(self.engine)
         places = None if own_places else self.store.places
-        self.shim = LegacyShim(upstream, self.sessions, codec, shim_options, waits=self.engine.waits, places=places)
+        self.shim = LegacyShim(
+            upstream(self.engine), self.sessions, codec, shim_options, waits=self.engine.waits, places=places
+        )
         self.router = EraRouter(self.engine, self.shim)
 
     async def close(self) -> None:
@@ -293,6 +300,12 @@ class LegacyClient:
             body["result"] = dict(result or {})
         reply = await self.legacy.post(body, self.headers, self.principal)
         assert reply == JsonReply(202, None), reply
+
+    async def get_stream(self) -> AsyncIterator[StreamItem]:
+        """The session's GET stream (its items)."""
+        lowered = {name.lower(): [value] for name, value in self.headers.items()}
+        with anyio.fail_after(WAIT_S):
+            return stream_of(await self.legacy.router.get(lowered, Caller(self.principal)))
 
     async def delete(self) -> Reply:
         lowered = {name.lower(): [value] for name, value in self.headers.items()}
