@@ -37,9 +37,10 @@ def warmup_s(seconds: float) -> float:
 
 @contextlib.contextmanager
 def running_pair(
-    directory: Path, env: Mapping[str, str] | None = None
+    directory: Path, env: Mapping[str, str] | None = None, *, tools: str = TOOLS
 ) -> Iterator[tuple[ValkeyServer, list[ServerProcess]]]:
-    """One valkey-server and two ``ext-tasks serve`` sharing it and one key; ``env`` adds settings."""
+    """One valkey-server and two ``ext-tasks serve`` of ``tools`` sharing it and one key; ``env`` adds
+    settings."""
     with running_valkey(directory / "valkey") as valkey:
         shared = {
             "EXT_TASKS_VALKEY_URL": valkey.url,
@@ -49,8 +50,8 @@ def running_pair(
             **(env or {}),
         }
         with (
-            running_server(directory, tools=TOOLS, env=shared) as first,
-            running_server(directory, tools=TOOLS, env=shared) as second,
+            running_server(directory, tools=tools, env=shared) as first,
+            running_server(directory, tools=tools, env=shared) as second,
         ):
             yield valkey, [first, second]
 
@@ -74,15 +75,17 @@ def rss_problems(start: Mapping[int, float], end: Mapping[int, float]) -> list[s
 
 
 class Load:
-    def __init__(self, servers: list[ServerProcess]) -> None:
+    def __init__(self, servers: list[ServerProcess], headers: Mapping[str, str] | None = None) -> None:
+        """``headers``: sent with every request (``Authorization``, when the servers require a token)."""
         self.urls = itertools.cycle([server.url for server in servers])
+        self.headers = dict(headers or {})
         self.done: Counter[str] = Counter()
         self.unexpected: list[str] = []
 
     async def send(self, client: httpx.AsyncClient, method: str, params: dict[str, Any]) -> dict[str, Any]:
         headers, body = modern_request(method, params, capabilities=CAPS)
         try:
-            response = await client.post(next(self.urls), headers=headers, json=body)
+            response = await client.post(next(self.urls), headers={**headers, **self.headers}, json=body)
         except httpx.HTTPError as exc:
             self.unexpected.append(f"{method}: {type(exc).__name__}: {exc}")
             return {}
