@@ -88,6 +88,9 @@ class TaskOptions(_Section):
             "maxPollIntervalMs": self.poll_interval_max_ms,
             "sensitiveGraceMs": self.sensitive_grace_ms,
             "idempotencyWindowMs": self.idempotency_window_ms,
+            # What a client may make a task keep: told up front, so it need not learn it from a 413.
+            "maxTaskArgumentBytes": self.max_task_argument_bytes,
+            "maxAnswerBytes": self.max_answer_bytes,
         }
 
 

@@ -268,4 +268,6 @@ async def test_discover_publishes_the_task_policy() -> None:
         "maxPollIntervalMs": 5_000,
         "sensitiveGraceMs": 5_000,
         "idempotencyWindowMs": 86_400_000,
+        "maxTaskArgumentBytes": 262_144,
+        "maxAnswerBytes": 262_144,
     }
