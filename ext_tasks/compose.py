@@ -24,6 +24,7 @@ from migration.upstream import EngineUpstream, HttpUpstream, ModernUpstream
 from .auth import AnonymousAuthenticator, Authenticator, BearerTokenAuthenticator
 from .config import ConfigError, Settings
 from .engine import Engine
+from .metrics import STORE_ACCEPTS_WRITES
 from .protocol.errors import Busy
 from .protocol.resume import ResumeCodec
 from .replies import RequestHandler
@@ -202,6 +203,8 @@ class Runtime:
     def __init__(self, registry: ToolRegistry, settings: Settings, *, serve_requests: bool = True) -> None:
         self.settings = settings
         self._valkey = SharedValkey(settings) if settings.valkey_url is not None else None
+        if self._valkey is None:
+            STORE_ACCEPTS_WRITES.set(1)  # the in-memory store always does; a Valkey's is read (StoreHealth)
         self.store = build_store(settings, self._valkey)
         self.engine = build_engine(registry, settings, self.store) if serve_requests else None
         self.worker = build_worker(registry, settings, self.store) if not settings.worker.no_workers else None

@@ -1,16 +1,17 @@
-"""``python -m bench.hardening fig1|fig2|fig3 [options]``: see :mod:`bench.hardening`."""
+"""``python -m bench.hardening fig1|fig2|fig3|fig4 [options]``: see :mod:`bench.hardening`."""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
 
-from . import fig1_dropped_waits, fig2_oversized_listen, fig3_memory
+from . import fig1_dropped_waits, fig2_oversized_listen, fig3_memory, fig4_store_full
 
 FIGURES: dict[str, Callable[[Sequence[str] | None], int]] = {
     "fig1": fig1_dropped_waits.main,
     "fig2": fig2_oversized_listen.main,
     "fig3": fig3_memory.main,
+    "fig4": fig4_store_full.main,
 }
 
 

@@ -21,7 +21,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -135,6 +135,15 @@ def parser(figure: str, description: str) -> argparse.ArgumentParser:
     p.add_argument("--python", default=sys.executable, help="the interpreter of the children (default: this one)")
     p.add_argument("--keep-checkouts", action="store_true", help="keep the directories made by git archive")
     return p
+
+
+def run_versions(args: argparse.Namespace, run: Callable[[Checkout, Path], None]) -> int:
+    """``run(checkout, work directory)`` for each checkout ``args`` names, in order; the exit status."""
+    with checkouts(args) as found:
+        root = work_dir(args)
+        for checkout in found:
+            run(checkout, root)
+    return 0
 
 
 def work_dir(args: argparse.Namespace) -> Path:

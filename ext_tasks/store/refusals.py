@@ -72,7 +72,8 @@ def refusal_reason(exc: BaseException) -> str | None:
 class RefusalLog:
     """When this process last saw the store refuse a command (monotonic seconds)."""
 
-    def __init__(self) -> None:
+    def __init__(self, remembered_s: float = REMEMBERED_S) -> None:
+        self.remembered_s = remembered_s
         self.last_s: float | None = None
         self.last_reason: str | None = None
 
@@ -82,9 +83,9 @@ class RefusalLog:
         STORE_WRITE_REFUSALS.labels(reason).inc()
         STORE_ACCEPTS_WRITES.set(0)
 
-    def recent(self, within_s: float = REMEMBERED_S) -> str | None:
-        """The reason of a refusal seen within ``within_s``, if any."""
-        if self.last_s is None or time.monotonic() - self.last_s > within_s:
+    def recent(self) -> str | None:
+        """The reason of a refusal seen within the last ``remembered_s``, if any."""
+        if self.last_s is None or time.monotonic() - self.last_s > self.remembered_s:
             return None
         return self.last_reason
 

@@ -69,9 +69,10 @@ def prefix() -> str:
 
 
 @contextlib.contextmanager
-def configured(server: ValkeyServer, **settings: Any) -> Iterator[valkey.Valkey]:
-    """``CONFIG SET`` each of ``settings`` for the block; the old values come back afterwards."""
-    admin = valkey.Valkey(port=server.port, decode_responses=True)
+def configured(port: int, **settings: Any) -> Iterator[Any]:
+    """``CONFIG SET`` each of ``settings`` on the Valkey at ``port`` for the block (an admin client of it
+    is yielded); the old values come back afterwards, whatever happened."""
+    admin: Any = valkey.Valkey(port=port, decode_responses=True)
     names = [name.replace("_", "-") for name in settings]
     before = {name: admin.config_get(name)[name] for name in names}
     try:
@@ -108,10 +109,10 @@ async def test_a_valkey_at_maxmemory_refuses_every_kind_of_write_as_unavailable_
 ) -> None:
     async with store_with_a_task(own_valkey.url) as (store, kept):
         sessions = ValkeySessionStore(own_valkey.url, prefix=store.keys.prefix)
-        raw = AsyncValkey(port=own_valkey.port, decode_responses=True)
+        raw: Any = AsyncValkey(port=own_valkey.port, decode_responses=True)
         counted = refusals("oom")
         try:
-            with configured(own_valkey, maxmemory=1):
+            with configured(own_valkey.port, maxmemory=1):
                 with pytest.raises(TaskStoreUnavailable):  # a script whose first write is refused
                     await store.create(make_record())
                 with pytest.raises(TaskStoreUnavailable):  # the outcome's compare-and-set (a script too)
@@ -136,7 +137,7 @@ async def test_a_valkey_at_maxmemory_refuses_every_kind_of_write_as_unavailable_
 async def test_too_few_replicas_is_a_refusal_not_an_error(own_valkey: ValkeyServer) -> None:
     async with opened_store(own_valkey.url) as store:
         counted = refusals("noreplicas")
-        with configured(own_valkey, min_replicas_to_write=1), pytest.raises(TaskStoreUnavailable):
+        with configured(own_valkey.port, min_replicas_to_write=1), pytest.raises(TaskStoreUnavailable):
             await store.create(make_record())
         assert refusals("noreplicas") - counted == 1
         await store.create(make_record())
@@ -147,9 +148,9 @@ async def test_a_valkey_busy_running_a_script_answers_unavailable_until_the_scri
 ) -> None:
     async with store_with_a_task(own_valkey.url) as (store, kept):
         counted = refusals("busy")
-        blocker = valkey.Valkey(port=own_valkey.port)
+        blocker: Any = valkey.Valkey(port=own_valkey.port)
         loop_forever = threading.Thread(target=_run_until_killed, args=(blocker,), daemon=True)
-        with configured(own_valkey, busy_reply_threshold=50) as admin:
+        with configured(own_valkey.port, busy_reply_threshold=50) as admin:
             loop_forever.start()
             try:
                 with anyio.fail_after(WAIT_S):
@@ -168,12 +169,12 @@ async def test_a_valkey_busy_running_a_script_answers_unavailable_until_the_scri
         assert await store.lookup(kept.task_id) == kept
 
 
-def _run_until_killed(client: valkey.Valkey) -> None:
+def _run_until_killed(client: Any) -> None:
     with contextlib.suppress(valkey.ResponseError):  # "Script killed by user with SCRIPT KILL"
         client.eval("local i = 0 while true do i = i + 1 end", 0)
 
 
-def _kill_script(admin: valkey.Valkey) -> None:
+def _kill_script(admin: Any) -> None:
     """SCRIPT KILL once the script runs (it answers NOTBUSY before), within a bound."""
     deadline = time.monotonic() + WAIT_S
     while True:
@@ -202,6 +203,7 @@ async def test_a_replica_without_its_primary_answers_unavailable(tmp_path: Path)
 
 async def test_a_valkey_loading_its_data_set_answers_unavailable_then_serves(tmp_path: Path) -> None:
     seeded = start_valkey(tmp_path / "loading")
+    admin: Any
     with valkey.Valkey(port=seeded.port) as admin:
         with admin.pipeline(transaction=False) as pipe:
             for index in range(3000):
@@ -231,30 +233,29 @@ async def test_a_valkey_loading_its_data_set_answers_unavailable_then_serves(tmp
 
 
 async def test_a_cluster_at_maxmemory_refuses_writes_as_unavailable(valkey_cluster: ValkeyCluster) -> None:
-    store = ValkeyTaskStore(valkey_cluster.url, prefix=prefix())
-    await store.open()
-    admins = [node.client() for node in valkey_cluster.primaries]
-    limits = [admin.config_get("maxmemory")["maxmemory"] for admin in admins]
-    counted = refusals("oom")
-    try:
-        for admin in admins:
-            admin.config_set("maxmemory", 1)
-        with pytest.raises(TaskStoreUnavailable):
-            await store.create(make_record())
-        with pytest.raises(TaskStoreUnavailable):
-            await ValkeyTaskStore(valkey_cluster.url, prefix=prefix()).open()
-        for admin, limit in zip(admins, limits, strict=True):
-            admin.config_set("maxmemory", limit)
+    async with opened_store(valkey_cluster.url) as store:
+        counted = refusals("oom")
+        with contextlib.ExitStack() as full:
+            for primary in valkey_cluster.primaries:
+                full.enter_context(configured(primary.port, maxmemory=1))
+            with pytest.raises(TaskStoreUnavailable):
+                await store.create(make_record())
+            with pytest.raises(TaskStoreUnavailable):
+                await ValkeyTaskStore(valkey_cluster.url, prefix=prefix()).open()
         assert refusals("oom") - counted >= 2
         await store.create(make_record())
-    finally:
-        for admin, limit in zip(admins, limits, strict=True):
-            admin.config_set("maxmemory", limit)
-            admin.close()
-        await store.close()
 
 
 # --- the worker --------------------------------------------------------------------------------------
+
+
+async def until_ended(store: ValkeyTaskStore, task_id: str) -> TaskRecord:
+    with anyio.fail_after(WAIT_S):
+        while True:
+            found = await store.lookup(task_id)
+            if isinstance(found, TaskRecord) and found.terminal:
+                return found
+            await anyio.sleep(0.05)
 
 
 def pending(server: ValkeyServer, keys: KeySchema, task_id: str) -> list[dict[str, Any]]:
@@ -289,7 +290,7 @@ async def test_an_outcome_the_store_refuses_is_kept_unacknowledged_until_memory_
         try:
             with anyio.fail_after(WAIT_S):
                 await started.wait()
-            with configured(own_valkey, maxmemory=1):
+            with configured(own_valkey.port, maxmemory=1):
                 counted = refusals("oom")
                 release.set()
                 refused_from = time.monotonic()
@@ -306,14 +307,10 @@ async def test_an_outcome_the_store_refuses_is_kept_unacknowledged_until_memory_
                 found = await store.lookup(record.task_id)
                 assert isinstance(found, TaskRecord)
                 assert found.status is TaskStatus.WORKING
-            with anyio.fail_after(WAIT_S):
-                while True:
-                    found = await store.lookup(record.task_id)
-                    if isinstance(found, TaskRecord) and found.status is TaskStatus.COMPLETED:
-                        break
-                    await anyio.sleep(0.05)
+            found = await until_ended(store, record.task_id)
         finally:
             await worker.stop(1.0)
+        assert found.status is TaskStatus.COMPLETED
         assert found.attempts == 1
         assert calls == ["billing"]  # run once: the outage cost a pause, not an attempt
         assert pending(own_valkey, store.keys, record.task_id) == []
@@ -337,12 +334,7 @@ async def test_a_run_that_fails_unexpectedly_is_reclaimed_and_ends_within_the_at
         worker = Worker(store, registry, options)
         await worker.start()
         try:
-            with anyio.fail_after(WAIT_S):
-                while True:
-                    found = await store.lookup(record.task_id)
-                    if isinstance(found, TaskRecord) and found.terminal:
-                        break
-                    await anyio.sleep(0.05)
+            found = await until_ended(store, record.task_id)
         finally:
             await worker.stop(1.0)
         assert found.status is TaskStatus.FAILED
@@ -350,3 +342,56 @@ async def test_a_run_that_fails_unexpectedly_is_reclaimed_and_ends_within_the_at
         assert "giving up" in found.error["message"]
         assert len(calls) == options.max_attempts
         assert pending(own_valkey, store.keys, record.task_id) == []
+
+
+async def until_refused(counted: float, times: int = 2) -> None:
+    """Until ``times`` more OOM refusals were counted (a write tried, refused and tried again)."""
+    with anyio.fail_after(WAIT_S):
+        while refusals("oom") - counted < times:  # noqa: ASYNC110 - a counter, no event to wait on
+            await anyio.sleep(0.05)
+
+
+async def test_a_run_reclaimed_while_the_store_is_full_is_stored_once_memory_is_back(
+    own_valkey: ValkeyServer,
+) -> None:
+    registry = ToolRegistry("refusals")
+
+    @registry.tool(task="required")
+    async def deploy(service: str, ref: str, n: int) -> str:
+        return f"{service} {ref}"
+
+    async with store_with_a_task(own_valkey.url) as (store, kept):
+        [taken] = await store.next_runs("a-worker-that-died", 1, 50)
+        assert taken.task_id == kept.task_id
+        worker = Worker(store, registry, WorkerOptions(lease_s=0.5, block_ms=50))
+        try:
+            with configured(own_valkey.port, maxmemory=1):
+                counted = refusals("oom")
+                await worker.start()  # it reclaims the dead worker's run, runs it, and cannot store the outcome
+                await until_refused(counted)
+                held = pending(own_valkey, store.keys, kept.task_id)
+                assert [entry["consumer"] for entry in held] == [worker.consumer]
+                assert await store.lookup(kept.task_id) == kept
+            found = await until_ended(store, kept.task_id)
+        finally:
+            await worker.stop(1.0)
+        assert found.status is TaskStatus.COMPLETED
+        assert found.attempts == 2  # the dead worker's delivery, and this one
+        assert pending(own_valkey, store.keys, kept.task_id) == []
+
+
+async def test_the_attempt_limits_failure_is_stored_once_memory_is_back(own_valkey: ValkeyServer) -> None:
+    options = WorkerOptions(max_attempts=3)
+    async with store_with_a_task(own_valkey.url) as (store, kept):
+        worker = Worker(store, ToolRegistry("refusals"), options)
+        with configured(own_valkey.port, maxmemory=1):
+            counted = refusals("oom")
+            # A run delivered once more than the limit: the task ends failed, a write the store refuses.
+            ending = asyncio.ensure_future(worker.execute(kept.task_id, attempt=options.max_attempts + 1))
+            await until_refused(counted)
+            assert not ending.done()
+        with anyio.fail_after(WAIT_S):
+            stored = await ending
+    assert stored is not None
+    assert stored.status is TaskStatus.FAILED
+    assert await store.lookup(kept.task_id) == stored
