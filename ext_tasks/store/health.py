@@ -107,6 +107,8 @@ class StoreHealth:
         self.evicting: list[PrimaryState] = []
         self.full: list[PrimaryState] = []
         self._info_refused = False
+        #: Whether the last read saw every primary's memory (INFO answered).
+        self._memory_read = False
         self._loop: asyncio.Task[None] | None = None
 
     # --- reading ------------------------------------------------------------------------------------
@@ -141,10 +143,19 @@ class StoreHealth:
         if self.full:
             full = self.full[0]
             return f"task store at maxmemory on {full.node} ({full.used} of {full.limit} bytes): it refuses writes"
-        reason = REFUSALS.recent()
+        reason = self._recent_refusal()
         if reason is not None:
             return f"task store refused a write moments ago ({reason})"
         return None
+
+    def _recent_refusal(self) -> str | None:
+        """A refusal seen in the last seconds, unless ``INFO`` has since shown it is over: an out of
+        memory refusal is, once every primary is below ``maxmemory`` (so readiness comes back with the
+        memory, not seconds later); the others (busy, no replicas, ...) do not show in ``INFO memory``."""
+        reason = REFUSALS.recent()
+        if reason == "oom" and self._memory_read and not self.full:
+            return None
+        return reason
 
     async def _read(self, *, stats: bool) -> list[PrimaryState]:
         try:
@@ -162,6 +173,7 @@ class StoreHealth:
                 )
             await self._topology.ping()
             primaries = []
+        self._memory_read = bool(primaries)
         self._note(primaries)
         return primaries
 
@@ -182,7 +194,7 @@ class StoreHealth:
         if newly_evicting:
             self._log_evicting()
         STORE_EVICTING_PRIMARIES.set(len(evicting))
-        STORE_ACCEPTS_WRITES.set(0 if full or REFUSALS.recent() else 1)
+        STORE_ACCEPTS_WRITES.set(0 if full or self._recent_refusal() else 1)
 
     def _log_evicting(self) -> None:
         found = ", ".join(primary.describe() for primary in self.evicting)

@@ -82,17 +82,24 @@ async def health_of(url: str, **options: Any) -> AsyncIterator[StoreHealth]:
 async def test_a_primary_at_maxmemory_passes_a_ping_but_fails_readiness_until_memory_is_back(
     own_valkey: ValkeyServer,
 ) -> None:
+    REFUSALS.remembered_s = 60.0  # an out of memory refusal is forgotten once INFO shows room, not later
+    store = ValkeyTaskStore(own_valkey.url, prefix="health-full")
     async with health_of(own_valkey.url) as health:
-        await health.probe()
-        assert gauge("ext_tasks_store_accepts_writes") == 1
-        with configured(own_valkey.port, maxmemory=1) as admin:
-            assert admin.ping()  # what readiness asked before: it passes
-            with pytest.raises(TaskStoreUnavailable) as refused:
-                await health.probe()
-            assert "maxmemory" in refused.value.detail
-            assert gauge("ext_tasks_store_accepts_writes") == 0
-        await health.probe()
-        assert gauge("ext_tasks_store_accepts_writes") == 1
+        try:
+            await health.probe()
+            assert gauge("ext_tasks_store_accepts_writes") == 1
+            with configured(own_valkey.port, maxmemory=1) as admin:
+                assert admin.ping()  # what readiness asked before: it passes
+                with pytest.raises(TaskStoreUnavailable):
+                    await store.create(make_record())
+                with pytest.raises(TaskStoreUnavailable) as refused:
+                    await health.probe()
+                assert "maxmemory" in refused.value.detail
+                assert gauge("ext_tasks_store_accepts_writes") == 0
+            await health.probe()
+            assert gauge("ext_tasks_store_accepts_writes") == 1
+        finally:
+            await store.close()
 
 
 async def test_a_write_refused_moments_ago_fails_readiness_for_a_while(own_valkey: ValkeyServer) -> None:
