@@ -9,7 +9,8 @@ One server on its own valkey-server (``EXT_TASKS_LEASE_S=2``). ``--tasks`` tasks
 carried ``Retry-After``) and probing ``/readyz``, a 2025-11-25 ``initialize`` is sent, and a second
 server is started on the same Valkey (does it exit, or answer ``/healthz``?). Then ``maxmemory 0``,
 and for up to 30 s: how many of the acknowledged tasks ended, and how many are still ``working``
-(lost: they stay so until their TTL); ``/readyz`` of both servers.
+(lost: they stay so until their TTL); ``/readyz`` of both servers. Last, a third server is started
+on the same Valkey set to ``maxmemory-policy allkeys-lru``: does it serve, or refuse to start?
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -68,9 +70,15 @@ def legacy_initialize(client: httpx.Client, url: str) -> str:
     return f"{response.status_code}" + (" Retry-After" if response.headers.get("retry-after") else "")
 
 
-def start_second(checkout: Checkout, work: Path, valkey_port: int) -> procs.Proc:
+def pending_runs(v: Any) -> int:
+    """Runs delivered to a worker and not acknowledged, over every run-queue stream (default prefix)."""
+    streams = list(v.scan_iter(match="ext-tasks:*runs", _type="stream"))
+    return sum(int(group["pending"]) for stream in streams for group in v.xinfo_groups(stream))
+
+
+def start_second(checkout: Checkout, work: Path, valkey_port: int, *, name: str = "second") -> procs.Proc:
     port = procs.free_port()
-    log = work / "second-server.log"
+    log = work / f"{name}-server.log"
     env = checkout.env({"EXT_TASKS_STATE_KEYS": keygen(checkout, work), "EXT_TASKS_LEASE_S": "2"})
     argv = ["serve", "--host", "127.0.0.1", "--port", str(port), "--tools", "figtools"]
     argv += ["--valkey-url", f"valkey://127.0.0.1:{valkey_port}/0"]
@@ -78,7 +86,7 @@ def start_second(checkout: Checkout, work: Path, valkey_port: int) -> procs.Proc
         process = subprocess.Popen(
             [checkout.python, "-m", "ext_tasks.cli", *argv], stdout=out, stderr=subprocess.STDOUT, env=env, cwd=work
         )
-    return procs.Proc(f"second-{checkout.label}", process, log, port)
+    return procs.Proc(f"{name}-{checkout.label}", process, log, port)
 
 
 def second_state(client: httpx.Client, second: procs.Proc, within_s: float) -> str:
@@ -124,24 +132,27 @@ def run(checkout: Checkout, root: Path, args: argparse.Namespace) -> None:
             legacy = legacy_initialize(client, server.url)
             second_during = second_state(client, second, 5.0)
             during = Counter(status(client, server.url, task_id) for task_id in task_ids)
+            unacknowledged = pending_runs(v)
             v.config_set("maxmemory", 0)
             back = time.monotonic()
             after: Counter[str] = Counter()
+            ready_s: float | None = None  # when /readyz first said 200 again
             while time.monotonic() - back < AFTER_S:
+                if ready_s is None and ready(client, base) == 200:
+                    ready_s = time.monotonic() - back
                 after = Counter(status(client, server.url, task_id) for task_id in task_ids)
-                if sum(after[name] for name in TERMINAL) == len(task_ids):
+                if sum(after[name] for name in TERMINAL) == len(task_ids) and ready_s is not None:
                     break
-                time.sleep(0.2)
-            ended_s = time.monotonic() - back
-            while ready(client, base) != 200 and time.monotonic() - back < AFTER_S:
                 time.sleep(0.1)
-            ready_after = f"{ready(client, base)} at +{time.monotonic() - back:.1f}s"
+            ended_s = time.monotonic() - back
+            ready_after = "not 200 within 30s" if ready_s is None else f"200 at +{ready_s:.1f}s"
             second_after = second_state(client, second, 10.0)
             if second.process.poll() is None:
                 deadline = time.monotonic() + 15.0
                 while ready(client, f"http://127.0.0.1:{second.port}") != 200 and time.monotonic() < deadline:
                     time.sleep(0.2)
                 second_after += f", then /readyz {ready(client, f'http://127.0.0.1:{second.port}')}"
+            evicting = evicting_start(client, checkout, work, v, valkey.port)
         finally:
             if second is not None:
                 second.stop(timeout_s=10.0)
@@ -149,11 +160,28 @@ def run(checkout: Checkout, root: Path, args: argparse.Namespace) -> None:
     lost = len(task_ids) - sum(after[name] for name in TERMINAL)
     say(
         f"[{label}] {len(task_ids)} tasks acknowledged, then Valkey full for {args.episode:g}s: tasks during "
-        f"{dict(during)}; after memory came back ({ended_s:.1f}s): {dict(after)} -> {lost} lost (still working)"
+        f"{dict(during)}, runs unacknowledged (XPENDING) {unacknowledged}; after memory came back "
+        f"({ended_s:.1f}s): {dict(after)} -> {lost} lost (still working)"
     )
     say(f"[{label}] during: creations answered {dict(answers)}; /readyz {dict(readiness)}; legacy initialize {legacy}")
     say(f"[{label}] /readyz once memory was back: {ready_after}; a server started during the episode: {second_during}")
     say(f"[{label}] that server once memory came back: {second_after}")
+    say(f"[{label}] a server started on the same Valkey with maxmemory-policy allkeys-lru: {evicting}")
+
+
+def evicting_start(client: httpx.Client, checkout: Checkout, work: Path, v: Any, valkey_port: int) -> str:
+    """What a server started on a Valkey that may evict keys does: comes up, or exits (and says why)."""
+    v.config_set("maxmemory-policy", "allkeys-lru")
+    third = start_second(checkout, work, valkey_port, name="evicting")
+    try:
+        state = second_state(client, third, 15.0)
+        if third.process.poll() is not None:
+            lines = [line for line in third.log_path.read_text(errors="replace").splitlines() if line.strip()]
+            state += f": {lines[-1][:160]!r}" if lines else ""
+        return state
+    finally:
+        third.stop(timeout_s=10.0)
+        v.config_set("maxmemory-policy", "noeviction")
 
 
 def build_parser() -> argparse.ArgumentParser:
