@@ -57,7 +57,9 @@ class PrimaryState:
 
     @property
     def full(self) -> bool:
-        return self.limit > 0 and self.used >= self.limit
+        """Over ``maxmemory``, so refusing writes: under ``noeviction``, or with nothing left to evict (a
+        primary that can evict makes room at its next command, so it is seldom seen over)."""
+        return self.limit > 0 and self.used > self.limit
 
     def describe(self) -> str:
         return f"maxmemory-policy {self.policy} on {self.node}"

@@ -173,7 +173,9 @@ async def test_keys_the_store_evicted_are_exported(tmp_path: Path) -> None:
         assert evicted > 0
         async with health_of(evicting.url, allow_eviction=True) as health:
             await health.check()
+            await health.probe()  # at maxmemory, but making room: it accepts writes, and eviction is allowed
         assert gauge("ext_tasks_store_evicted_keys") == evicted
+        assert gauge("ext_tasks_store_accepts_writes") == 1
 
 
 async def test_the_start_check_refuses_an_evicting_store_unless_allowed_and_lets_an_unreachable_one_pass(
