@@ -116,6 +116,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
+def _check_store(settings: Settings) -> None:
+    """Refuse to start on a store that may evict keys (a :class:`ConfigError`), once, before any
+    server or worker process exists."""
+    from .compose import check_store_settings
+
+    asyncio.run(check_store_settings(settings))
+
+
 def _configure_logging(level: str, log_format: str = "json") -> None:
     handler = logging.StreamHandler()
     if log_format == "json":
@@ -140,6 +148,7 @@ def _hypercorn_config(settings: Settings) -> HypercornConfig:
 
 
 def _serve(settings: Settings) -> int:
+    _check_store(settings)
     if settings.server == "granian":
         return _serve_granian(settings)
     config = _hypercorn_config(settings)
@@ -213,6 +222,7 @@ def _work(settings: Settings) -> int:
     """``ext-tasks worker``: task workers on the shared store, no HTTP, until SIGINT or SIGTERM."""
     from .compose import Runtime, load_registry
 
+    _check_store(settings)
     runtime = Runtime(load_registry(settings.tools), settings, serve_requests=False)
 
     async def main() -> None:

@@ -13,7 +13,7 @@ import asyncio
 import importlib
 import logging
 import secrets
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from migration.proxy import ForwardingHandler
 from migration.remote import Reading
@@ -25,6 +25,7 @@ from migration.upstream import EngineUpstream, HttpUpstream, ModernUpstream
 from .auth import AnonymousAuthenticator, Authenticator, BearerTokenAuthenticator
 from .config import ConfigError, Settings
 from .engine import Engine
+from .metrics import STORE_ACCEPTS_WRITES
 from .protocol.errors import Busy
 from .protocol.resume import ResumeCodec
 from .replies import RequestHandler
@@ -39,6 +40,10 @@ if TYPE_CHECKING:
     from .http import App
 
 logger = logging.getLogger("ext_tasks.compose")
+#: How long the check of the store's settings before serving may take.
+_START_CHECK_S: Final = 5.0
+#: The first and the longest pause between attempts to open a store that could not be opened.
+_REOPEN_PAUSE_S: Final = (1.0, 5.0)
 
 
 def load_registry(module_name: str) -> ToolRegistry:
@@ -81,6 +86,7 @@ class SharedValkey:
     def __init__(self, settings: Settings) -> None:
         from .store.acks import ReplicaAcks
         from .store.channels import ShardedChannels
+        from .store.health import StoreHealth
         from .store.plumbing import Topology
 
         assert settings.valkey_url is not None
@@ -93,14 +99,45 @@ class SharedValkey:
         except ValueError as exc:  # the URL names nothing (the message never repeats a password)
             raise ConfigError(f"EXT_TASKS_VALKEY_URL / --valkey-url: {exc}") from None
         self.channels = ShardedChannels(self.topology)
+        self.health = StoreHealth(self.topology, allow_eviction=settings.valkey_allow_eviction)
 
     def on(self) -> dict[str, Any]:
         """What every Valkey-backed store of the process is built with."""
         return {"prefix": self.prefix, "channels": self.channels}
 
     async def close(self) -> None:
+        await self.health.close()
         await self.channels.close()
         await self.topology.close()
+
+
+async def check_store_settings(settings: Settings) -> None:
+    """Before serving: refuse (:class:`ConfigError`) a Valkey that may evict keys, unless
+    ``EXT_TASKS_VALKEY_ALLOW_EVICTION`` says to run anyway. A store that cannot be read now is not a
+    reason to stop: it is checked again once reachable (the process stays unready meanwhile)."""
+    if settings.valkey_url is None or settings.valkey_allow_eviction:
+        return  # allowed: the runtime's checks warn about it
+    from .store.health import read_primaries, refusal_to_start
+
+    shared = SharedValkey(settings)
+    try:
+        async with asyncio.timeout(_START_CHECK_S):
+            refusal = refusal_to_start(await read_primaries(shared.topology))
+    except Exception as exc:  # noqa: BLE001 - unreachable, INFO refused, anything else: checked again later
+        logger.warning("the task store's settings could not be checked at start (%s); checking them once "
+                       "it answers", describe_failure(exc))  # fmt: skip
+        refusal = None
+    finally:
+        await shared.close()
+    if refusal is not None:
+        raise ConfigError(refusal)
+
+
+def describe_failure(exc: BaseException) -> str:
+    """A store failure for the log: its kind and the first of its text (never a URL: valkey-py's texts
+    name host and port only)."""
+    detail = getattr(exc, "detail", None) or str(exc)
+    return f"{type(exc).__name__}: {detail}"[:200]
 
 
 def build_store(settings: Settings, shared: SharedValkey | None = None) -> TaskStore:
@@ -176,12 +213,15 @@ class Runtime:
     def __init__(self, registry: ToolRegistry, settings: Settings, *, serve_requests: bool = True) -> None:
         self.settings = settings
         self._valkey = SharedValkey(settings) if settings.valkey_url is not None else None
+        if self._valkey is None:
+            STORE_ACCEPTS_WRITES.set(1)  # the in-memory store always does; a Valkey's is read (StoreHealth)
         self.store = build_store(settings, self._valkey)
         self.engine = build_engine(registry, settings, self.store) if serve_requests else None
         self.worker = build_worker(registry, settings, self.store) if not settings.worker.no_workers else None
         self.shim: LegacyShim | None = None
         self._sessions: SessionStore | None = None
         self._opening: asyncio.Task[None] | None = None
+        self._opened = False
         if self.engine is not None and not settings.legacy.no_legacy:
             engine = self.engine
             self._sessions = build_sessions(settings, self._valkey)
@@ -204,33 +244,50 @@ class Runtime:
         return self.engine if self.shim is None else EraRouter(self.engine, self.shim)
 
     async def start(self) -> None:
+        if self._valkey is not None:
+            self._valkey.health.start()
         try:
             await self.store.open()
-        except TaskStoreUnavailable:
+        except Exception as exc:  # noqa: BLE001 - whatever the store answers, the process keeps serving
             # Serve anyway (readiness says "unavailable", store-backed requests answer 503) and keep
-            # trying, so an instance started before its Valkey recovers by itself.
-            logger.warning("task store unavailable at start; retrying in the background")
+            # trying, so an instance started while its Valkey is away, full or answering garbage
+            # recovers by itself.
+            logger.warning(
+                "task store cannot be opened at start (%s); retrying in the background", describe_failure(exc)
+            )
             self._opening = asyncio.create_task(self._open_when_possible())
             return
+        await self._opened_now()
+
+    async def _open_when_possible(self) -> None:
+        pause = _REOPEN_PAUSE_S[0]
+        while True:
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, _REOPEN_PAUSE_S[1])
+            try:
+                await self.store.open()
+            except Exception as exc:  # noqa: BLE001 - still not possible: try again later
+                logger.info("task store still cannot be opened (%s)", describe_failure(exc))
+                continue
+            logger.info("task store available")
+            await self._opened_now()
+            return
+
+    async def _opened_now(self) -> None:
+        self._opened = True
         if self.worker is not None:
             await self.worker.start()
 
-    async def _open_when_possible(self) -> None:
-        while True:
-            await asyncio.sleep(1.0)
-            try:
-                await self.store.open()
-            except TaskStoreUnavailable:
-                continue
-            logger.info("task store available")
-            if self.worker is not None:
-                await self.worker.start()
-            return
-
     async def ready(self) -> None:
-        """Raise unless this process can do its work: the store answers, and the task workers it should
-        run are running (a worker loop that died is started again; meanwhile the process is not ready)."""
-        await self.store.ping()
+        """Raise unless this process can do its work: the store is open, answers and accepts writes (and
+        keeps them: no eviction), and the task workers it should run are running (a worker loop that
+        died is started again; meanwhile the process is not ready)."""
+        if not self._opened:
+            raise TaskStoreUnavailable("task store not opened yet")
+        if self._valkey is not None:
+            await self._valkey.health.probe()
+        else:
+            await self.store.ping()
         if self.worker is not None and not self.worker.healthy:
             raise Busy("task workers are not running")
 

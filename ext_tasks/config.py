@@ -198,6 +198,9 @@ class Settings(BaseSettings):
     valkey_max_connections: int = 64
     valkey_min_replica_acks: int = 0
     valkey_ack_timeout_ms: int = 1000
+    #: Run on a Valkey whose maxmemory-policy may evict keys (by default such a store is refused at start
+    #: and makes the process unready): it can silently lose tasks, idempotency keys and queued runs.
+    valkey_allow_eviction: bool = False
     engine: EngineOptions = EngineOptions()
     tasks: TaskOptions = TaskOptions()
     worker: WorkerOptions = WorkerOptions()

@@ -2,8 +2,9 @@
 
 Each server process exports its own figures (label ``instance`` is the scrape target's business):
 requests by method and outcome with their latency, task transitions by status, the run queue's depth,
-runs taken over from dead workers, requestState rejections by reason, and the notifications dropped
-because a client read its stream too slowly.
+runs taken over from dead workers, requestState rejections by reason, the notifications dropped because
+a client read its stream too slowly, costly requests refused by their principal's budget, and the store's
+health (write refusals by reason, whether it accepts writes, primaries that may evict keys, keys evicted).
 """
 
 from __future__ import annotations
@@ -80,6 +81,31 @@ NOTIFICATIONS_DROPPED: Final = Counter(
     "Notifications of inline requests dropped because the client read its stream slower than the tool "
     "reported (the oldest progress first, then the oldest log line), by kind: progress, log, other.",
     ["kind"],
+    registry=REGISTRY,
+)
+STORE_WRITE_REFUSALS: Final = Counter(
+    "ext_tasks_store_write_refusals_total",
+    "Store commands Valkey refused for now (answered 'retry later'), by reason: oom (maxmemory reached "
+    "under noeviction), busy (a script ran too long), loading, masterdown, noreplicas, misconf, readonly, "
+    "unblocked.",
+    ["reason"],
+    registry=REGISTRY,
+)
+STORE_ACCEPTS_WRITES: Final = Gauge(
+    "ext_tasks_store_accepts_writes",
+    "1 while the store accepts writes as far as this process knows (no primary at maxmemory, no write "
+    "refused in the last seconds), 0 otherwise.",
+    registry=REGISTRY,
+)
+STORE_EVICTING_PRIMARIES: Final = Gauge(
+    "ext_tasks_store_evicting_primaries",
+    "Store primaries whose maxmemory-policy is not noeviction (they may delete tasks, idempotency keys and "
+    "run queues to make room), as last checked.",
+    registry=REGISTRY,
+)
+STORE_EVICTED_KEYS: Final = Gauge(
+    "ext_tasks_store_evicted_keys",
+    "Keys the store's primaries evicted since they started (INFO stats evicted_keys, summed), as last checked.",
     registry=REGISTRY,
 )
 KNOWN_METHODS: Final = frozenset(

@@ -15,9 +15,15 @@ after :data:`WATCH_AFTER_S` watches its task, so a cancellation from any instanc
 coroutine at once; shorter runs cost no subscription (a cancellation that beats them loses nothing:
 their outcome's compare-and-set fails).
 
-A run outlasts a store outage (a failover): reading its task and storing its status messages and
-outcome are tried again for up to :data:`OUTAGE_S`, and a write whose answer was lost is judged by the
-record itself, so a promotion costs the run a pause rather than an attempt and a second execution.
+A run outlasts a store outage (:mod:`.outage`): a failover, or a store that refuses writes (Valkey at
+maxmemory). Reading its task and storing its status messages are tried again for up to
+:data:`~.outage.OUTAGE_S` (a status message that still cannot be stored is skipped; the run goes on);
+its outcome is tried again until it is stored, the run heartbeated meanwhile, and a write whose answer
+was lost is judged by the record itself. So an outage costs a run a pause rather than an attempt and a
+second execution, and **a run is acknowledged only once its outcome is stored** (or no longer needed:
+the task ended otherwise). A run that fails any other way is left unacknowledged too: it is reclaimed
+after its lease and counts as an interrupted attempt, so :attr:`~.config.WorkerOptions.max_attempts`
+bounds it, and past the limit the task ends ``failed`` without running the tool again.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import os
 import socket
 import time
 from collections.abc import Awaitable, Callable
-from typing import Final, TypeVar
+from typing import Final
 
 import msgspec
 
@@ -40,6 +46,7 @@ from .context import Context, InputRequired, missing_capabilities
 from .invoke import invoke_tool
 from .lifecycle import task_event
 from .metrics import LEASE_RECLAIMS, QUEUE_DEPTH
+from .outage import OUTAGE_S, commit_through_outage, through_outage
 from .protocol.envelope import Envelope
 from .protocol.errors import InternalError, MissingClientCapability, ProtocolError
 from .protocol.states import TaskEvent, TaskStatus
@@ -56,7 +63,6 @@ from .protocol.versions import MODERN_2026_07_28
 from .store.base import Run, TaskStore, TaskStoreUnavailable
 from .tools import ToolRegistry
 
-T = TypeVar("T")
 logger = logging.getLogger("ext_tasks.worker")
 
 _encoder: Final = msgspec.json.Encoder()
@@ -64,11 +70,6 @@ _encoder: Final = msgspec.json.Encoder()
 WATCH_AFTER_S: Final = 0.05
 #: How often the queue depth gauge is refreshed.
 _DEPTH_EVERY_S: Final = 15.0
-#: How long a run keeps trying to read its task and to store what it did while the store is away (a
-#: primary died and a replica is being promoted), before it leaves the run to be reclaimed: a failover
-#: should cost a run a pause, not an attempt.
-OUTAGE_S: Final = 30.0
-_OUTAGE_PAUSE_S: Final = (0.1, 2.0)
 #: What a run ended with: the table's event, and the record after it.
 _Outcome = tuple[TaskEvent, TaskRecord]
 
@@ -255,7 +256,9 @@ class Worker:
             logger.warning("task store unavailable while running %s; the run will be reclaimed", run.task_id)
             return
         except Exception:
-            logger.exception("worker failed on task %s", run.task_id)
+            # Unacknowledged: reclaimed after the lease as an interrupted attempt (bounded by the limit).
+            logger.exception("worker failed on task %s; its run will be reclaimed after its lease", run.task_id)
+            return
         with contextlib.suppress(TaskStoreUnavailable):
             await self.store.ack(run)
 
@@ -266,7 +269,7 @@ class Worker:
 
     async def _execute(self, holder: _Current) -> TaskRecord | None:
         run = holder.run
-        record = await _through_outage(lambda: self.store.lookup(run.task_id))
+        record = await through_outage(lambda: self.store.lookup(run.task_id))
         if not isinstance(record, TaskRecord) or record.status is not TaskStatus.WORKING:
             return None
         holder.stored = record
@@ -289,32 +292,15 @@ class Worker:
         return None
 
     async def _commit(self, holder: _Current, outcome: TaskRecord, *, enqueue: bool = False) -> bool:
-        """Commit the run's outcome and acknowledge the run in the same step."""
+        """Commit the run's outcome and acknowledge the run in the same step, however long the store
+        refuses it (the run stays ours meanwhile: it is heartbeated while it runs)."""
         assert holder.stored is not None
         finishing = holder.run if holder.run.delivery else None
-        committed = await self._commit_through_outage(holder.stored, outcome, enqueue=enqueue, finishing=finishing)
+        committed = await commit_through_outage(
+            self.store, holder.stored, outcome, enqueue=enqueue, finishing=finishing, now_ms=self._clock_ms
+        )
         holder.acknowledged = committed and finishing is not None
         return committed
-
-    async def _commit_through_outage(
-        self, before: TaskRecord, after: TaskRecord, *, enqueue: bool = False, finishing: Run | None = None
-    ) -> bool:
-        """A commit that outlasts a store outage. When its answer is lost (the store went away, or the
-        replicas did not confirm in time, and the write may have been made all the same), the record
-        says what happened: the outcome itself (ours: done), unchanged (send it again), or changed
-        otherwise (cancelled meanwhile: the outcome is dropped)."""
-        deadline = time.monotonic() + OUTAGE_S
-        while True:
-            try:
-                return await self.store.commit(before, after, enqueue=enqueue, finishing=finishing)
-            except TaskStoreUnavailable:
-                if time.monotonic() > deadline:
-                    raise
-            current = await _through_outage(lambda: self.store.lookup(after.task_id), deadline)
-            if current == after:
-                return True
-            if current != before:
-                return False
 
     async def _outcome(self, holder: _Current) -> _Outcome:
         record = holder.working
@@ -328,7 +314,15 @@ class Worker:
             current, stored = holder.working, holder.stored
             assert stored is not None
             updated = status_reported(current, message, self._clock_ms())
-            if await self._commit_through_outage(stored, updated):
+            deadline = time.monotonic() + OUTAGE_S
+            try:
+                stored_now = await commit_through_outage(
+                    self.store, stored, updated, now_ms=self._clock_ms, deadline=deadline
+                )
+            except TaskStoreUnavailable:  # progress, not the outcome: the run goes on without it
+                logger.warning("status message of %s not stored: the task store was unavailable", record.task_id)
+                return
+            if stored_now:
                 task_event(current.status, TaskEvent.STATUS_REPORTED, updated)
                 holder.stored = updated
 
@@ -361,21 +355,6 @@ class Worker:
             error = result_too_large(size, self.options.max_result_bytes)
             return TaskEvent.FAILED, failed(holder.working, error, self._clock_ms())
         return TaskEvent.SUCCEEDED, completed(holder.working, result, self._clock_ms())
-
-
-async def _through_outage(read: Callable[[], Awaitable[T]], deadline: float | None = None) -> T:
-    """``read()``, tried again with growing pauses while the store is unavailable, until ``deadline``
-    (:data:`OUTAGE_S` from now by default)."""
-    deadline = time.monotonic() + OUTAGE_S if deadline is None else deadline
-    pause, longest = _OUTAGE_PAUSE_S
-    while True:
-        try:
-            return await read()
-        except TaskStoreUnavailable:
-            if time.monotonic() > deadline:
-                raise
-        await asyncio.sleep(pause)
-        pause = min(pause * 2, longest)
 
 
 class _Current:

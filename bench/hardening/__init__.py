@@ -13,7 +13,10 @@
    budget, and Valkey commands per task lifecycle.
 5. :mod:`~bench.hardening.fig5_buffers`: every buffer has a bound (before: 217690e): the server behind a
    client that never reads, ``ext-tasks proxy`` and the client against a hostile upstream, polls a second.
-6. :mod:`~bench.hardening.hostile_text`: what a hostile server's text does to the CLI's terminal (before:
+6. :mod:`~bench.hardening.fig6_store_full`: Valkey at maxmemory while acknowledged tasks run (before:
+   217690e): how many end once memory is back, the answers meanwhile, servers started during the
+   episode and on an evicting Valkey.
+7. :mod:`~bench.hardening.hostile_text`: what a hostile server's text does to the CLI's terminal (before:
    217690e), run on its own: ``python -m bench.hardening.hostile_text``.
 
 Run from the repository root with the dev environment's interpreter::
@@ -23,6 +26,7 @@ Run from the repository root with the dev environment's interpreter::
     .venv/bin/python -m bench.hardening fig3 --tasks 20000 --sessions 2000 --cycles 1
     .venv/bin/python -m bench.hardening fig4 --before 217690e
     .venv/bin/python -m bench.hardening fig5 --answer-mib 300   # before: 217690e
+    .venv/bin/python -m bench.hardening fig6                     # before: 217690e
     .venv/bin/python -m bench.hardening.hostile_text
 
 Each takes ``--before REV|DIR --after REV|DIR`` (a commit is extracted with ``git archive REV | tar -x``

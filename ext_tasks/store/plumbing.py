@@ -10,9 +10,10 @@ process and URL.
   by a burst are closed after ``IDLE_S``. On a cluster, ``MOVED``/``ASK`` are followed and ``TRYAGAIN``
   or a node that went away are retried with backoff by the cluster client (:mod:`.cluster_client`),
   then answered "unavailable".
-* :func:`unavailable_on_connection_errors`: the one mapping of a broken connection, or of a cluster
-  that cannot serve the slot right now, to :class:`~.base.TaskStoreUnavailable` (HTTP 503, "retry
-  later"); other errors of Valkey (a script bug) pass through.
+* :func:`unavailable_on_connection_errors`: the one mapping of a broken connection, of a cluster
+  that cannot serve the slot right now, or of a command Valkey refuses for now (out of memory, busy,
+  loading: :mod:`.refusals`) to :class:`~.base.TaskStoreUnavailable` (HTTP 503, "retry later"); other
+  errors of Valkey (a script bug) pass through.
 * :meth:`Topology.confirmed`: a write the replicas confirm before it counts (:mod:`.acks`), when the
   deployment asks for replica acknowledgements.
 * The pub/sub side (sharded channels, one connection per node) is :mod:`.channels`.
@@ -46,6 +47,7 @@ from valkey.exceptions import (
 from .acks import ReplicaAcks, confirmed_cluster, confirmed_single
 from .base import TaskStoreUnavailable
 from .cluster_client import CountingRetry, StoreCluster, StoreNode
+from .refusals import REFUSALS, refusal_reason
 
 logger = logging.getLogger("ext_tasks.store")
 
@@ -83,6 +85,10 @@ def unavailable_on_connection_errors() -> Iterator[None]:
     try:
         yield
     except (ConnectionError, TimeoutError, OSError, ValkeyError, ValkeyClusterException) as exc:
+        reason = refusal_reason(exc)
+        if reason is not None:  # Valkey refused for now (out of memory, busy, loading, ...): it passes
+            REFUSALS.seen(reason)
+            raise TaskStoreUnavailable(f"task store refused the command: {reason}") from exc
         if isinstance(exc, ResponseError) and not isinstance(exc, _TRANSIENT_REPLIES):
             raise
         raise TaskStoreUnavailable(f"task store unavailable: {type(exc).__name__}") from exc
