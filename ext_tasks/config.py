@@ -3,8 +3,7 @@
 
 One name per setting, from the variable down to the code: ``EXT_TASKS_<NAME>`` is the field ``<name>``,
 of the settings themselves or of one of their sections, which are the option classes the parts take
-(:class:`EngineOptions`, :class:`TaskOptions`, :class:`WorkerOptions`, :class:`LegacyOptions`,
-:class:`ProxyOptions`). Each default is written once, on its field. An empty variable means the default.
+(:mod:`.options`). Each default is written once, on its field. An empty variable means the default.
 
 Secrets (requestState keys, bearer tokens, a Valkey URL that may carry a password) are kept out of
 ``repr`` and out of every error message, so they never reach a log line.
@@ -16,13 +15,14 @@ import contextvars
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Final
+from typing import Any, Final
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from .auth import parse_token_map
+from .options import SECTIONS, EngineOptions, LegacyOptions, ProxyOptions, TaskOptions, WorkerOptions
 from .protocol.resume import parse_key
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
@@ -33,107 +33,6 @@ class ConfigError(ValueError):
     """A setting is invalid or a combination of settings is unsafe; the server refuses to start."""
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    #: Fields set by code (tests, tuning), not read from the environment.
-    internal: ClassVar[frozenset[str]] = frozenset()
-
-
-class EngineOptions(_Section):
-    cache_ttl_ms: int = 60_000
-    keepalive_s: float = 15.0
-    #: Refuse a ``tasks/*`` request without ``Mcp-Name`` (by default it is served and counted).
-    strict_headers: bool = False
-    #: Open waits (listen, legacy GET streams, tasks/result) per principal and process (0: no cap).
-    max_waits: int = 256
-    #: Cost units a principal may spend a second on costly requests, per process (0: no budget);
-    #: see ``ext_tasks.pacing``.
-    pacing_rate: float = 1000.0
-    #: Cost units a principal may save up (the largest burst of costly requests).
-    pacing_burst: int = 5000
-
-
-class TaskOptions(_Section):
-    """The server's task policy; published to clients in ``server/discover`` (:meth:`published`)."""
-
-    task_ttl_ms: int = 3_600_000
-    task_max_ttl_ms: int = 86_400_000
-    poll_interval_ms: int = 250
-    poll_interval_max_ms: int = 5_000
-    sensitive_grace_ms: int = 30_000
-    idempotency_window_s: int = 86_400
-    #: Unfinished tasks one principal may have at once (0: no cap).
-    max_active_tasks: int = 1_000
-    #: Tasks one principal may have kept at once, in any status, until they expire (0: no cap).
-    max_stored_tasks: int = 10_000
-    #: The encoded JSON size of the arguments a task keeps (inline calls keep none; bulk input: a URI).
-    max_task_argument_bytes: int = 256 * 1024
-    #: The encoded JSON size of all answers a task keeps: a ``requestState``'s bound (the same answers).
-    max_answer_bytes: int = 256 * 1024
-    #: Bytes one principal's kept tasks may hold in all (0: no cap); ordinary tasks meet the stored-task
-    #: cap first, this stops large ones (a thousand with the largest arguments).
-    max_stored_bytes: int = 256 * 1024 * 1024
-    #: Refuse (429) a ``tasks/get`` sooner than half the advertised ``pollIntervalMs`` after the last one.
-    poll_rate_limit: bool = False
-
-    @property
-    def idempotency_window_ms(self) -> int:
-        return self.idempotency_window_s * 1000
-
-    def published(self) -> dict[str, int]:
-        return {
-            "defaultTtlMs": self.task_ttl_ms,
-            "maxTtlMs": self.task_max_ttl_ms,
-            "pollIntervalMs": self.poll_interval_ms,
-            "maxPollIntervalMs": self.poll_interval_max_ms,
-            "sensitiveGraceMs": self.sensitive_grace_ms,
-            "idempotencyWindowMs": self.idempotency_window_ms,
-            # What a client may make a task keep: told up front, so it need not learn it from a 413.
-            "maxTaskArgumentBytes": self.max_task_argument_bytes,
-            "maxAnswerBytes": self.max_answer_bytes,
-        }
-
-
-class WorkerOptions(_Section):
-    internal: ClassVar[frozenset[str]] = frozenset({"block_ms", "restart_pause_s"})
-
-    #: Serve requests only; run tasks in ``ext-tasks worker`` processes.
-    no_workers: bool = False
-    run_concurrency: int = 16
-    lease_s: float = 10.0
-    max_attempts: int = 3
-    shutdown_grace_s: float = 10.0
-    #: The largest tool result a task may keep (encoded JSON); a larger one ends the task ``failed``.
-    max_result_bytes: int = 1024 * 1024
-    #: How long one wait for new runs may block.
-    block_ms: int = 1000
-    #: Pause before a loop that died is started again.
-    restart_pause_s: float = 1.0
-
-
-class LegacyOptions(_Section):
-    #: Do not serve 2025-11-25 clients (no migration shim).
-    no_legacy: bool = False
-    #: Live sessions one principal may hold (0: no cap).
-    max_sessions: int = 100
-
-
-class ProxyOptions(_Section):
-    """How ``ext-tasks proxy`` reads its upstream's answers (a server it does not control)."""
-
-    #: The largest answer taken (a JSON body, or one event of a stream); larger: 502. For larger results.
-    proxy_max_answer_bytes: int = 16 * 1024 * 1024
-    #: How long the upstream may send nothing (keep-alives count) before 504; for longer inline tools.
-    proxy_read_timeout_s: float = 60.0
-
-
-_SECTIONS: Final[Mapping[str, type[_Section]]] = {
-    "engine": EngineOptions,
-    "tasks": TaskOptions,
-    "worker": WorkerOptions,
-    "legacy": LegacyOptions,
-    "proxy": ProxyOptions,
-}
 #: Where a settings field lives (a section, or the settings themselves) and the variable it reads.
 _ENVIRONMENT: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextVar("environment", default=None)
 
@@ -150,7 +49,7 @@ class _FlatEnvironment(PydanticBaseSettingsSource):
             return {}  # ``Settings(...)`` in code: the defaults and what is passed, nothing else
         found: dict[str, Any] = {}
         for name in self.settings_cls.model_fields:
-            section = _SECTIONS.get(name)
+            section = SECTIONS.get(name)
             if section is None:
                 if (value := env.get(PREFIX + name.upper())) not in (None, ""):
                     found[name] = value
@@ -282,7 +181,7 @@ class Settings(BaseSettings):
         for name, value in overrides.items():
             if value is None:
                 continue
-            section = next((key for key, model in _SECTIONS.items() if name in model.model_fields), None)
+            section = next((key for key, model in SECTIONS.items() if name in model.model_fields), None)
             if section is None:
                 top[name] = value
             else:
@@ -418,7 +317,7 @@ def settings_from_env(env: Mapping[str, str] | None = None) -> Settings:
 def _describe(exc: ValidationError) -> str:
     error = exc.errors()[0]
     location = [str(part) for part in error["loc"] if isinstance(part, str)]
-    name = location[1] if len(location) > 1 and location[0] in _SECTIONS else location[0] if location else "?"
+    name = location[1] if len(location) > 1 and location[0] in SECTIONS else location[0] if location else "?"
     cause = error.get("ctx", {}).get("error")
     if isinstance(cause, ConfigError):
         return str(cause)

@@ -22,13 +22,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Final
 
 from .auth import Caller, Principal
-from .config import EngineOptions
 from .context import Emit
 from .listen import Subscriptions
 from .methods import CacheOptions, CoreMethods
 from .metrics import header_tolerated, method_label, observe_request
 from .mrtr import ClaimOnce
 from .notify import ChangeEvent, ChangeHub
+from .options import EngineOptions
 from .outbox import Outbox
 from .pacing import Pacing
 from .protocol.envelope import Envelope, Headers, check_envelope

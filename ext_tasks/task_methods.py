@@ -27,9 +27,9 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Final
 
 from .auth import Principal
-from .config import TaskOptions
 from .context import Emit
 from .lifecycle import principal_tag, task_event
+from .options import TaskOptions
 from .protocol.envelope import Envelope
 from .protocol.errors import Busy, InvalidParams, LimitExceeded, ParamsTooLarge
 from .protocol.jsonrpc import Result

@@ -41,11 +41,11 @@ from typing import Final
 import msgspec
 
 from .auth import Principal
-from .config import WorkerOptions
 from .context import Context, InputRequired, missing_capabilities
 from .invoke import invoke_tool
 from .lifecycle import task_event
 from .metrics import LEASE_RECLAIMS, QUEUE_DEPTH
+from .options import WorkerOptions
 from .outage import OUTAGE_S, commit_through_outage, through_outage
 from .protocol.envelope import Envelope
 from .protocol.errors import InternalError, MissingClientCapability, ProtocolError

@@ -23,7 +23,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, Final
 
-from ext_tasks.config import TaskOptions
+from ext_tasks.options import TaskOptions
 from ext_tasks.protocol.states import TaskStatus
 from ext_tasks.protocol.tasks import encoded_size, failure_status, iso8601, result_too_large
 from ext_tasks.store.base import ActiveLimit, OverCap, OwnerPlaces, Place

@@ -20,7 +20,7 @@ from typing import Any, Final
 import httpx
 
 from ext_tasks import answers
-from ext_tasks.config import ProxyOptions
+from ext_tasks.options import ProxyOptions
 from ext_tasks.protocol.errors import PARSE_ERROR, InternalError, ParseError
 
 #: The least a listen waits for its next bytes: a subscription is silent while nothing changes (this

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ext_tasks.auth import Caller
-from ext_tasks.config import EngineOptions, LegacyOptions, TaskOptions, WorkerOptions
+from ext_tasks.options import EngineOptions, LegacyOptions, TaskOptions, WorkerOptions
 from ext_tasks.protocol.envelope import LOG_LEVELS
 from ext_tasks.protocol.errors import (
     Busy,

@@ -31,8 +31,8 @@ import valkey
 from valkey.asyncio import Valkey as AsyncValkey
 
 from ext_tasks import ToolRegistry
-from ext_tasks.config import WorkerOptions
 from ext_tasks.metrics import REGISTRY
+from ext_tasks.options import WorkerOptions
 from ext_tasks.protocol.states import TaskStatus
 from ext_tasks.protocol.tasks import TaskRecord
 from ext_tasks.store.base import TaskStoreUnavailable

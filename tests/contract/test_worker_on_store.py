@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from ext_tasks import ToolRegistry
-from ext_tasks.config import WorkerOptions
+from ext_tasks.options import WorkerOptions
 from ext_tasks.protocol.states import TaskStatus
 from ext_tasks.protocol.tasks import TaskRecord
 from ext_tasks.store.base import TaskStore

@@ -45,8 +45,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ext_tasks.compose import Runtime, build_authenticator, load_registry
-from ext_tasks.config import Settings, WorkerOptions
+from ext_tasks.config import Settings
 from ext_tasks.http import create_app
+from ext_tasks.options import WorkerOptions
 from ext_tasks.protocol.resume import generate_key, parse_key
 from tests.support.mcp_http import header_value
 from tests.support.valkey import running_valkey

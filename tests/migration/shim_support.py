@@ -27,8 +27,8 @@ import anyio
 
 from ext_tasks import Context, Principal, ProtocolError, ToolError, ToolRegistry, elicit
 from ext_tasks.auth import Caller
-from ext_tasks.config import EngineOptions, TaskOptions, WorkerOptions
 from ext_tasks.engine import Engine
+from ext_tasks.options import EngineOptions, TaskOptions, WorkerOptions
 from ext_tasks.protocol.envelope import NAME_FIELDS, encode_header_value
 from ext_tasks.protocol.errors import INTERNAL_ERROR
 from ext_tasks.protocol.resume import ResumeCodec

@@ -10,7 +10,8 @@ import pytest
 
 from ext_tasks import Context, ToolRegistry
 from ext_tasks.compose import Runtime
-from ext_tasks.config import Settings, WorkerOptions
+from ext_tasks.config import Settings
+from ext_tasks.options import WorkerOptions
 from ext_tasks.protocol.tasks import encoded_size
 from tests.migration.shim_support import BOB, Legacy, LegacyClient, json_of
 

@@ -15,8 +15,8 @@ import pytest
 
 from ext_tasks import Context, Principal, ToolRegistry, elicit
 from ext_tasks.auth import Caller
-from ext_tasks.config import LegacyOptions, TaskOptions, WorkerOptions
 from ext_tasks.engine import Engine
+from ext_tasks.options import LegacyOptions, TaskOptions, WorkerOptions
 from ext_tasks.protocol.jsonrpc import encode
 from ext_tasks.protocol.resume import ResumeCodec
 from ext_tasks.protocol.states import TaskStatus

@@ -311,7 +311,10 @@ def test_every_variable_of_the_readme_is_a_setting_of_the_same_name() -> None:
     table = readme[readme.index("| variable |") : readme.index("\n\n", readme.index("| variable |"))]
     names = sorted(set(re.findall(r"`(EXT_TASKS_[A-Z0-9_]+)`", table)))
     assert len(names) > 30
-    sections = [Settings(), *(getattr(Settings(), section) for section in ("engine", "tasks", "worker", "legacy", "proxy"))]
+    sections = [
+        Settings(),
+        *(getattr(Settings(), section) for section in ("engine", "tasks", "worker", "legacy", "proxy")),
+    ]
     for name in names:
         field = name.removeprefix(PREFIX).lower()
         owners = [owner for owner in sections if field in type(owner).model_fields]

@@ -23,9 +23,10 @@ import pytest
 
 from ext_tasks import Context, Principal, ToolRegistry, elicit
 from ext_tasks.auth import AnonymousAuthenticator
-from ext_tasks.config import Settings, TaskOptions
+from ext_tasks.config import Settings
 from ext_tasks.engine import Engine
 from ext_tasks.http import create_app
+from ext_tasks.options import TaskOptions
 from ext_tasks.protocol.errors import (
     INTERNAL_ERROR,
     LIMIT_EXCEEDED,

@@ -9,9 +9,9 @@ import pytest
 
 from ext_tasks import Context, ToolRegistry
 from ext_tasks.auth import Principal
-from ext_tasks.config import TaskOptions
 from ext_tasks.engine import Engine
 from ext_tasks.metrics import REGISTRY
+from ext_tasks.options import TaskOptions
 from ext_tasks.protocol.jsonrpc import encode
 from ext_tasks.protocol.resume import ResumeCodec
 from ext_tasks.replies import JsonReply

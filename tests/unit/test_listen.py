@@ -13,8 +13,8 @@ import anyio
 import pytest
 
 from ext_tasks import ToolRegistry
-from ext_tasks.config import EngineOptions
 from ext_tasks.engine import Engine
+from ext_tasks.options import EngineOptions
 from ext_tasks.protocol.resume import ResumeCodec
 from ext_tasks.replies import StreamItem, StreamReply
 from tests.unit.engine_support import (

@@ -12,9 +12,10 @@ import pytest
 
 from ext_tasks import ToolRegistry
 from ext_tasks.auth import BearerTokenAuthenticator
-from ext_tasks.config import EngineOptions, Settings
+from ext_tasks.config import Settings
 from ext_tasks.engine import Engine
 from ext_tasks.http import App, create_app
+from ext_tasks.options import EngineOptions
 from ext_tasks.pacing import BODY_BYTES_PER_UNIT, FREE_BODY_BYTES, MAX_BUCKETS, MAX_HOLD_S, Pacing, body_cost
 from ext_tasks.protocol.errors import LimitExceeded
 from ext_tasks.protocol.resume import ResumeCodec

@@ -16,10 +16,10 @@ import anyio
 import pytest
 
 from ext_tasks import Context, Principal, ToolRegistry, elicit
-from ext_tasks.config import EngineOptions, TaskOptions
 from ext_tasks.engine import Engine
 from ext_tasks.lifecycle import principal_tag
 from ext_tasks.metrics import REGISTRY
+from ext_tasks.options import EngineOptions, TaskOptions
 from ext_tasks.protocol.errors import (
     HEADER_MISMATCH,
     INVALID_PARAMS,

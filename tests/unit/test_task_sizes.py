@@ -15,8 +15,8 @@ import anyio
 import pytest
 
 from ext_tasks import Context, Principal, ToolRegistry, elicit
-from ext_tasks.config import TaskOptions
 from ext_tasks.engine import Engine
+from ext_tasks.options import TaskOptions
 from ext_tasks.protocol.errors import InternalError
 from ext_tasks.protocol.resume import ResumeCodec
 from ext_tasks.protocol.states import TaskStatus

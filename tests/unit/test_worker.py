@@ -19,7 +19,8 @@ import pytest
 
 from ext_tasks import Context, InputRequired, Principal, ProtocolError, ToolError, ToolRegistry, elicit
 from ext_tasks import compose as server_module
-from ext_tasks.config import Settings, WorkerOptions
+from ext_tasks.config import Settings
+from ext_tasks.options import WorkerOptions
 from ext_tasks.protocol.envelope import Envelope
 from ext_tasks.protocol.errors import INTERNAL_ERROR, MISSING_REQUIRED_CLIENT_CAPABILITY, Busy
 from ext_tasks.protocol.requests import PARSERS, Call

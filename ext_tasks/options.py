@@ -1,0 +1,120 @@
+"""The option classes the parts take, one per section of the settings (:mod:`.config` reads them from
+``EXT_TASKS_*`` variables): :class:`EngineOptions` (the request surface), :class:`TaskOptions` (the task
+policy and what a task keeps), :class:`WorkerOptions` (running tasks), :class:`LegacyOptions` (the
+2025-11-25 shim), :class:`ProxyOptions` (``ext-tasks proxy`` reading its upstream).
+
+A field's name is its variable's (``EXT_TASKS_<NAME>``), and its default is written once, here. The parts
+import their options from this module, not from :mod:`.config`, so they need nothing of how settings are
+read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import ClassVar, Final
+
+from pydantic import BaseModel, ConfigDict
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    #: Fields set by code (tests, tuning), not read from the environment.
+    internal: ClassVar[frozenset[str]] = frozenset()
+
+
+class EngineOptions(Section):
+    cache_ttl_ms: int = 60_000
+    keepalive_s: float = 15.0
+    #: Refuse a ``tasks/*`` request without ``Mcp-Name`` (by default it is served and counted).
+    strict_headers: bool = False
+    #: Open waits (listen, legacy GET streams, tasks/result) per principal and process (0: no cap).
+    max_waits: int = 256
+    #: Cost units a principal may spend a second on costly requests, per process (0: no budget);
+    #: see ``ext_tasks.pacing``.
+    pacing_rate: float = 1000.0
+    #: Cost units a principal may save up (the largest burst of costly requests).
+    pacing_burst: int = 5000
+
+
+class TaskOptions(Section):
+    """The server's task policy; published to clients in ``server/discover`` (:meth:`published`)."""
+
+    task_ttl_ms: int = 3_600_000
+    task_max_ttl_ms: int = 86_400_000
+    poll_interval_ms: int = 250
+    poll_interval_max_ms: int = 5_000
+    sensitive_grace_ms: int = 30_000
+    idempotency_window_s: int = 86_400
+    #: Unfinished tasks one principal may have at once (0: no cap).
+    max_active_tasks: int = 1_000
+    #: Tasks one principal may have kept at once, in any status, until they expire (0: no cap).
+    max_stored_tasks: int = 10_000
+    #: The encoded JSON size of the arguments a task keeps (inline calls keep none; bulk input: a URI).
+    max_task_argument_bytes: int = 256 * 1024
+    #: The encoded JSON size of all answers a task keeps: a ``requestState``'s bound (the same answers).
+    max_answer_bytes: int = 256 * 1024
+    #: Bytes one principal's kept tasks may hold in all (0: no cap); ordinary tasks meet the stored-task
+    #: cap first, this stops large ones (a thousand with the largest arguments).
+    max_stored_bytes: int = 256 * 1024 * 1024
+    #: Refuse (429) a ``tasks/get`` sooner than half the advertised ``pollIntervalMs`` after the last one.
+    poll_rate_limit: bool = False
+
+    @property
+    def idempotency_window_ms(self) -> int:
+        return self.idempotency_window_s * 1000
+
+    def published(self) -> dict[str, int]:
+        return {
+            "defaultTtlMs": self.task_ttl_ms,
+            "maxTtlMs": self.task_max_ttl_ms,
+            "pollIntervalMs": self.poll_interval_ms,
+            "maxPollIntervalMs": self.poll_interval_max_ms,
+            "sensitiveGraceMs": self.sensitive_grace_ms,
+            "idempotencyWindowMs": self.idempotency_window_ms,
+            # What a client may make a task keep: told up front, so it need not learn it from a 413.
+            "maxTaskArgumentBytes": self.max_task_argument_bytes,
+            "maxAnswerBytes": self.max_answer_bytes,
+        }
+
+
+class WorkerOptions(Section):
+    internal: ClassVar[frozenset[str]] = frozenset({"block_ms", "restart_pause_s"})
+
+    #: Serve requests only; run tasks in ``ext-tasks worker`` processes.
+    no_workers: bool = False
+    run_concurrency: int = 16
+    lease_s: float = 10.0
+    max_attempts: int = 3
+    shutdown_grace_s: float = 10.0
+    #: The largest tool result a task may keep (encoded JSON); a larger one ends the task ``failed``.
+    max_result_bytes: int = 1024 * 1024
+    #: How long one wait for new runs may block.
+    block_ms: int = 1000
+    #: Pause before a loop that died is started again.
+    restart_pause_s: float = 1.0
+
+
+class LegacyOptions(Section):
+    #: Do not serve 2025-11-25 clients (no migration shim).
+    no_legacy: bool = False
+    #: Live sessions one principal may hold (0: no cap).
+    max_sessions: int = 100
+
+
+class ProxyOptions(Section):
+    """How ``ext-tasks proxy`` reads its upstream's answers (a server it does not control)."""
+
+    #: The largest answer taken (a JSON body, or one event of a stream); larger: 502. For larger results.
+    proxy_max_answer_bytes: int = 16 * 1024 * 1024
+    #: How long the upstream may send nothing (keep-alives count) before 504; for longer inline tools.
+    proxy_read_timeout_s: float = 60.0
+
+
+#: The sections of the settings, by field name.
+SECTIONS: Final[Mapping[str, type[Section]]] = {
+    "engine": EngineOptions,
+    "tasks": TaskOptions,
+    "worker": WorkerOptions,
+    "legacy": LegacyOptions,
+    "proxy": ProxyOptions,
+}
