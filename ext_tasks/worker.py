@@ -22,7 +22,7 @@ its outcome is tried again until it is stored, the run heartbeated meanwhile, an
 was lost is judged by the record itself. So an outage costs a run a pause rather than an attempt and a
 second execution, and **a run is acknowledged only once its outcome is stored** (or no longer needed:
 the task ended otherwise). A run that fails any other way is left unacknowledged too: it is reclaimed
-after its lease and counts as an interrupted attempt, so :attr:`~.config.WorkerOptions.max_attempts`
+after its lease and counts as an interrupted attempt, so :attr:`~.options.WorkerOptions.max_attempts`
 bounds it, and past the limit the task ends ``failed`` without running the tool again.
 """
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -35,11 +36,16 @@ from .translate import (
 )
 from .upstream import ModernCall
 
+logger = logging.getLogger("ext_tasks.migration")
 Message = dict[str, Any]
 ModernFor = Callable[..., ModernCall]
 SendForResponse = Callable[[ModernCall, Caller], Awaitable[Message]]
 
 _LIST_PAGE: Final = 50
+#: A client's answer refused with "retry later" (the store busy, the principal's byte budget) is sent
+#: this many times in all, at most this long apart, before the task is cancelled as for a final refusal.
+_UPDATE_TRIES: Final = 3
+_UPDATE_PAUSE_S: Final = 2.0
 #: How long a stream holds a question it relayed without renewing it (it renews while it lives).
 _HOLD_MS: Final = 30_000
 
@@ -274,16 +280,40 @@ class LegacyTasks:
 
         A refusal of a request that has no "cancel" answer (sampling, roots) cancels the task, but only
         while the question is still outstanding: an answer that already arrived on another stream wins.
+        So does an answer the task refuses (larger than it keeps, say): a 2025-11-25 client cannot be told
+        that its response was refused, and the question was asked once per session, so the task would
+        wait for an answer that never comes. A "retry later" refusal is tried again a few times first.
         """
         assert answer.task_id is not None
-        if answer.value is None:
-            task = await self.task(session, answer.task_id, caller)
-            if answer.key in (task.get("inputRequests") or {}):
-                cancel = self._modern(session, "tasks/cancel", {"taskId": answer.task_id}, tasks=True)
-                await self._final(cancel, caller)
-            return
-        update = {"taskId": answer.task_id, "inputResponses": {answer.key: answer.value}}
-        await self._final(self._modern(session, "tasks/update", update, tasks=True), caller)
+        if answer.value is not None:
+            update = {"taskId": answer.task_id, "inputResponses": {answer.key: answer.value}}
+            refused = await self._update(session, caller, update)
+            if refused is None:
+                return
+            logger.warning(
+                "a legacy client's answer to task %s was refused (%s %s); cancelling the task",
+                answer.task_id,
+                refused.get("code"),
+                refused.get("message"),
+            )
+        task = await self.task(session, answer.task_id, caller)
+        if answer.key in (task.get("inputRequests") or {}):
+            cancel = self._modern(session, "tasks/cancel", {"taskId": answer.task_id}, tasks=True)
+            await self._final(cancel, caller)
+
+    async def _update(self, session: LegacySession, caller: Caller, update: Mapping[str, Any]) -> Message | None:
+        """``tasks/update``; the error it still answers after ``_UPDATE_TRIES`` (a "retry later" is tried
+        again after its ``retryAfterSeconds``, at most ``_UPDATE_PAUSE_S``), ``None`` once it is taken."""
+        for attempt in range(_UPDATE_TRIES):
+            final = await self._final(self._modern(session, "tasks/update", dict(update), tasks=True), caller)
+            error = final.get("error")
+            if not isinstance(error, dict):
+                return None
+            retry_after = (error.get("data") or {}).get("retryAfterSeconds")
+            if not isinstance(retry_after, int) or attempt == _UPDATE_TRIES - 1:
+                return error
+            await asyncio.sleep(min(max(retry_after, 0), _UPDATE_PAUSE_S))
+        raise AssertionError("unreachable: the last try returns")
 
     async def list(self, request: Request, session: LegacySession, caller: Caller) -> AsyncIterator[Message]:
         binding = Binding("tasks/list", session.task_scope, "", caller.principal.id)

@@ -243,6 +243,31 @@ async def test_a_refused_sampling_question_cancels_the_task(legacy: Legacy) -> N
     assert (await legacy.modern("tasks/get", {"taskId": task_id}))["result"]["status"] == "cancelled"
 
 
+async def test_an_answer_the_task_refuses_cancels_it_instead_of_leaving_it_waiting(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An answer larger than a task keeps cannot be taken, and a 2025-11-25 client cannot be told so: the
+    task is cancelled (logged) rather than left waiting for an answer that was already given."""
+    legacy = Legacy(max_answer_bytes=1024)
+    try:
+        client = await legacy.initialize()
+        task_id = await client.start_task("interview")
+        await legacy.worker.execute(task_id)
+        items = stream_of(await client.post("tasks/result", {"taskId": task_id}, request_id="r-4"))
+
+        asked = await next_item(items)
+        await client.respond(asked["id"], {"action": "accept", "content": {"name": "A" * 2000}})
+        rest = await rest_of(items)
+
+        assert rest[-1] == {"jsonrpc": "2.0", "id": "r-4", "error": {"code": -32603, "message": "Task was cancelled"}}
+        assert (await legacy.modern("tasks/get", {"taskId": task_id}))["result"]["status"] == "cancelled"
+        assert any(
+            "answer to task" in record.getMessage() and "-32602" in record.getMessage() for record in caplog.records
+        )
+    finally:
+        await legacy.close()
+
+
 async def test_tasks_result_of_a_failed_task_answers_its_error(legacy: Legacy) -> None:
     client = await legacy.initialize()
     task_id = await client.start_task("limited")
