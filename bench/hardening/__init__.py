@@ -16,7 +16,9 @@
 6. :mod:`~bench.hardening.fig6_store_full`: Valkey at maxmemory while acknowledged tasks run (before:
    217690e): how many end once memory is back, the answers meanwhile, servers started during the
    episode and on an evicting Valkey.
-7. :mod:`~bench.hardening.hostile_text`: what a hostile server's text does to the CLI's terminal (before:
+7. :mod:`~bench.hardening.fig7_pacing`: principal B's ``tasks/get`` median alone and while principal A
+   floods 1,000-id listens from 100 connections (before: 217690e).
+8. :mod:`~bench.hardening.hostile_text`: what a hostile server's text does to the CLI's terminal (before:
    217690e), run on its own: ``python -m bench.hardening.hostile_text``.
 
 Run from the repository root with the dev environment's interpreter::
@@ -27,6 +29,7 @@ Run from the repository root with the dev environment's interpreter::
     .venv/bin/python -m bench.hardening fig4 --before 217690e
     .venv/bin/python -m bench.hardening fig5 --answer-mib 300   # before: 217690e
     .venv/bin/python -m bench.hardening fig6                     # before: 217690e
+    .venv/bin/python -m bench.hardening fig7 --store valkey      # before: 217690e
     .venv/bin/python -m bench.hardening.hostile_text
 
 Each takes ``--before REV|DIR --after REV|DIR`` (a commit is extracted with ``git archive REV | tar -x``

@@ -5,7 +5,15 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 
-from . import fig1_dropped_waits, fig2_oversized_listen, fig3_memory, fig4_stored_bytes, fig5_buffers, fig6_store_full
+from . import (
+    fig1_dropped_waits,
+    fig2_oversized_listen,
+    fig3_memory,
+    fig4_stored_bytes,
+    fig5_buffers,
+    fig6_store_full,
+    fig7_pacing,
+)
 
 FIGURES: dict[str, Callable[[Sequence[str] | None], int]] = {
     "fig1": fig1_dropped_waits.main,
@@ -14,6 +22,7 @@ FIGURES: dict[str, Callable[[Sequence[str] | None], int]] = {
     "fig4": fig4_stored_bytes.main,
     "fig5": fig5_buffers.main,
     "fig6": fig6_store_full.main,
+    "fig7": fig7_pacing.main,
 }
 
 

@@ -1,4 +1,4 @@
-"""Figure 4: every buffer has a bound (issue 24, item 4), before (default 217690e) and after.
+"""Figure 5: every buffer has a bound (issue 24, item 4), before (default 217690e) and after.
 
     python -m bench.hardening fig5 [--spew-s 10] [--answer-mib 100] [--stall-wait-s 30]
                                    [--before REV|DIR] [--after REV|DIR] [--versions before after]

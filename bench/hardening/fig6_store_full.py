@@ -1,4 +1,4 @@
-"""Figure 4: Valkey at maxmemory (noeviction) while tasks run.
+"""Figure 6: Valkey at maxmemory (noeviction) while tasks run.
 
     python -m bench.hardening fig6 [--tasks 20] [--task-seconds 1] [--episode 5] [--before REV|DIR]
                                    [--after REV|DIR]
