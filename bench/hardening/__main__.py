@@ -1,4 +1,4 @@
-"""``python -m bench.hardening fig1|fig2|fig3|fig4 [options]``: see :mod:`bench.hardening`."""
+"""``python -m bench.hardening fig1|...|fig7 [options]``: see :mod:`bench.hardening`."""
 
 from __future__ import annotations
 
