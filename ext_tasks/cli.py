@@ -90,19 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return bench_command.run(args)
     try:
-        overrides: dict[str, Any] = {"valkey_url": args.valkey_url, "log_level": args.log_level}
-        if args.command != "proxy":
-            overrides["tools"] = args.tools
-        if args.command in ("serve", "proxy"):
-            overrides.update(host=args.host, port=args.port)
-        if args.command == "serve":
-            overrides["workers"] = args.workers
-            overrides["server"] = args.server
-            if args.no_task_workers:
-                overrides["no_workers"] = True
-        settings = settings_from_env().with_overrides(**overrides).validate()
-        if args.command == "worker" and settings.valkey_url is None:
-            raise ConfigError("`ext-tasks worker` serves a shared task store: set --valkey-url / EXT_TASKS_VALKEY_URL")
+        settings = _settings(args)
     except ConfigError as exc:
         print(f"ext-tasks: configuration error: {exc}", file=sys.stderr)  # noqa: T201
         return 2
@@ -114,6 +102,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"ext-tasks: configuration error: {exc}", file=sys.stderr)  # noqa: T201
         return 2
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    """The settings of ``serve``, ``worker`` or ``proxy``: the environment, the flags over it, checked."""
+    overrides: dict[str, Any] = {"valkey_url": args.valkey_url, "log_level": args.log_level}
+    if args.command != "proxy":
+        overrides["tools"] = args.tools
+    if args.command in ("serve", "proxy"):
+        overrides.update(host=args.host, port=args.port)
+    if args.command == "serve":
+        overrides["workers"] = args.workers
+        overrides["server"] = args.server
+        if args.no_task_workers:
+            overrides["no_workers"] = True
+    settings = settings_from_env().with_overrides(**overrides).validate()
+    if args.command == "worker" and settings.valkey_url is None:
+        raise ConfigError("`ext-tasks worker` serves a shared task store: set --valkey-url / EXT_TASKS_VALKEY_URL")
+    if args.command == "worker" and settings.worker.no_workers:
+        raise ConfigError("`ext-tasks worker` runs task workers only: EXT_TASKS_NO_WORKERS=true leaves it nothing")
+    return settings
 
 
 def _check_store(settings: Settings) -> None:
@@ -242,6 +250,8 @@ def _proxy(settings: Settings, upstream_url: str) -> int:
     """``ext-tasks proxy``: the legacy shim over a remote server, on one hypercorn process."""
     from .compose import proxy_app
 
+    if settings.valkey_url is not None:
+        _check_store(settings)  # its legacy sessions would be evicted as silently as tasks
     return _run_single(proxy_app(settings, upstream_url, _version()), _hypercorn_config(settings))
 
 

@@ -71,7 +71,7 @@ def _timeout_flag(parser: argparse.ArgumentParser) -> None:
         "--timeout",
         type=_seconds,
         metavar="SECONDS",
-        help="call, task wait: stop waiting for the result after SECONDS (exit 2; a task goes on, its id printed)",
+        help="stop waiting after SECONDS (exit 2; a task goes on, its id printed)",
     )
 
 
@@ -129,10 +129,12 @@ async def _run(args: argparse.Namespace, console: Console, out: TextIO) -> int:
             if args.command == "tools":
                 return _print_tools(await client.list_tools(), out, as_json=args.json)
             if args.command == "task" and args.action == "get":
-                _print_json(await client.task(args.task_id).status(), out)
+                async with within(args.timeout, args.task_id):
+                    _print_json(await client.task(args.task_id).status(), out)
                 return EXIT_OK
             if args.command == "task" and args.action == "cancel":
-                await client.task(args.task_id).cancel()
+                async with within(args.timeout, args.task_id):
+                    await client.task(args.task_id).cancel()
                 console.say(f"cancellation of {args.task_id} requested")
                 return EXIT_OK
             if args.command == "task":
@@ -148,7 +150,7 @@ async def _run(args: argparse.Namespace, console: Console, out: TextIO) -> int:
             console.say(f"error: {exc}")
             if exc.task_id is not None:
                 console.say(f"follow it with: ext-tasks task wait {exc.task_id}")
-                print(exc.task_id, file=out)  # what a script needs to pick it up again
+                print(safe_text(exc.task_id), file=out)  # what a script needs to pick it up again
             return EXIT_USAGE
         except ClientError as exc:
             console.say(f"error: {exc}")

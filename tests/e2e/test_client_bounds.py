@@ -120,6 +120,10 @@ def test_timeout_leaves_the_task_running_and_names_it(hostile: HostileServer) ->
     assert stalled.returncode == 2 and stalled.stdout == ""
     assert "no result within 1 s (no task was created)" in stalled.stderr
 
+    unanswered, _ = _cli("task", "cancel", "t-forever", "--url", hostile.url, "--timeout", "1")
+    assert unanswered.returncode == 2 and unanswered.stdout == "t-forever\n"
+    assert "no result within 1 s" in unanswered.stderr
+
 
 async def test_polls_are_at_most_ten_a_second_whatever_the_server_says(hostile: HostileServer) -> None:
     async with Client(hostile.url) as client:

@@ -246,9 +246,10 @@ EVICTING = ("--maxmemory-policy", "allkeys-lru")
 
 
 def run_cli(command: str, env: dict[str, str], valkey_url: str) -> subprocess.CompletedProcess[str]:
-    """``ext-tasks serve`` or ``worker`` on ``valkey_url``, to its end (it must end by itself)."""
-    argv = [sys.executable, "-m", "ext_tasks", command, "--valkey-url", valkey_url, "--tools", TOOLS]
-    if command == "serve":
+    """``ext-tasks serve``, ``worker`` or ``proxy`` on ``valkey_url``, to its end (it must end by itself)."""
+    argv = [sys.executable, "-m", "ext_tasks", command, "--valkey-url", valkey_url]
+    argv += ["--upstream", "http://127.0.0.1:9/mcp"] if command == "proxy" else ["--tools", TOOLS]
+    if command in ("serve", "proxy"):
         argv += ["--host", "127.0.0.1", "--port", str(free_port())]
     return subprocess.run(
         argv, env=child_env(env), cwd=REPO, capture_output=True, text=True, timeout=CLI_TIMEOUT_S, check=False
@@ -265,7 +266,7 @@ def test_a_valkey_that_may_evict_keys_is_refused_at_start_unless_allowed(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], env: dict[str, str]
 ) -> None:
     with running_valkey(tmp_path / "valkey", extra_args=EVICTING) as valkey:
-        refused = {command: run_cli(command, env, valkey.url) for command in ("serve", "worker")}
+        refused = {command: run_cli(command, env, valkey.url) for command in ("serve", "worker", "proxy")}
         expected = (
             f"ext-tasks: configuration error: the task store may evict keys (maxmemory-policy allkeys-lru on "
             f"127.0.0.1:{valkey.port}): set maxmemory-policy noeviction on every primary, or "
@@ -286,7 +287,8 @@ def test_a_valkey_that_may_evict_keys_is_refused_at_start_unless_allowed(
     report(
         capsys,
         f"\nValkey with allkeys-lru: serve exited {refused['serve'].returncode}, worker exited "
-        f"{refused['worker'].returncode}, each with one line; with EXT_TASKS_VALKEY_ALLOW_EVICTION=true ready "
+        f"{refused['worker'].returncode}, proxy exited {refused['proxy'].returncode}, each with one line; "
+        f"with EXT_TASKS_VALKEY_ALLOW_EVICTION=true ready "
         f"(/readyz 200), {len(warnings)} warning(s), ext_tasks_store_evicting_primaries {evicting:g}",
     )
 

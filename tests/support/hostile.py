@@ -18,7 +18,8 @@ answers are chosen by the called tool's name.
   100,000 levels deep;
 - ``forever``: a task that stays ``working`` with ``pollIntervalMs: 0``.
 
-``tools/list`` lists them; ``tasks/get`` says ``working`` (``pollIntervalMs: 0``); ``subscriptions/listen``
+``tools/list`` lists them; ``tasks/get`` says ``working`` (``pollIntervalMs: 0``); ``tasks/cancel`` is never
+answered; ``subscriptions/listen``
 is refused (-32601) unless ``quiet_listen`` is set: then it is acknowledged after ``quiet_s`` of silence.
 Every request is counted by method (and tool name) with its arrival time.
 """
@@ -204,6 +205,7 @@ class HostileServer:
     _answers: dict[str, Callable[[HostileServer, Any, asyncio.StreamWriter], Awaitable[bool]]] = {
         "tools/list": _tools,
         "tasks/get": _task_state,
+        "tasks/cancel": _stall,
         "subscriptions/listen": _listen,
         "tools/call:ok": _ok,
         "tools/call:huge": _huge,
