@@ -26,7 +26,7 @@ Run from the repository root with the dev environment's interpreter::
     .venv/bin/python -m bench.hardening fig1
     .venv/bin/python -m bench.hardening fig2 --store valkey      # or --store memory, --body-bytes N
     .venv/bin/python -m bench.hardening fig3 --tasks 20000 --sessions 2000 --cycles 1
-    .venv/bin/python -m bench.hardening fig4 --before 217690e
+    .venv/bin/python -m bench.hardening fig4                     # before: 217690e
     .venv/bin/python -m bench.hardening fig5 --answer-mib 300   # before: 217690e
     .venv/bin/python -m bench.hardening fig6                     # before: 217690e
     .venv/bin/python -m bench.hardening fig7 --store valkey      # before: 217690e

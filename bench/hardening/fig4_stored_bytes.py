@@ -39,9 +39,9 @@ from .figlib import (
     Checkout,
     Session,
     check_shadowing,
-    for_each_checkout,
     modern_request,
     parser,
+    run_figure,
     running_server,
     running_valkey,
     say,
@@ -224,6 +224,7 @@ def run(checkout: Checkout, root: Path, args: argparse.Namespace) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = parser("fig4", __doc__ or "")
+    p.set_defaults(before="217690e")  # the last commit before the byte bounds
     p.add_argument("--calls", type=int, default=20, help="default %(default)s")
     p.add_argument("--rounds", type=int, default=15, help="default %(default)s")
     p.add_argument("--budget-calls", type=int, default=100, help="default %(default)s")
@@ -232,8 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return for_each_checkout(args, lambda checkout, root: run(checkout, root, args))
+    return run_figure(build_parser(), argv, run)
 
 
 if __name__ == "__main__":

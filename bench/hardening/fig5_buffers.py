@@ -35,7 +35,7 @@ from bench import procs
 from tests.support.hostile import HostileServer
 from tests.support.memory import MEASURED_CLI, split_peak
 
-from .figlib import Checkout, check_shadowing, for_each_checkout, modern_request, parser, rss_mib, running_server, say
+from .figlib import Checkout, check_shadowing, modern_request, parser, rss_mib, run_figure, running_server, say
 
 CHILD_TIMEOUT_S = 120.0
 POLL_S = 3.0
@@ -190,8 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return for_each_checkout(args, lambda checkout, root: run(checkout, root, args))
+    return run_figure(build_parser(), argv, run)
 
 
 if __name__ == "__main__":

@@ -31,10 +31,10 @@ from .figlib import (
     LEGACY,
     Checkout,
     check_shadowing,
-    for_each_checkout,
     keygen,
     modern_request,
     parser,
+    run_figure,
     running_server,
     say,
 )
@@ -204,8 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return for_each_checkout(args, lambda checkout, root: run(checkout, root, args))
+    return run_figure(build_parser(), argv, run)
 
 
 if __name__ == "__main__":

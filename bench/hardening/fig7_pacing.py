@@ -27,7 +27,7 @@ from typing import Any
 
 import httpx
 
-from .figlib import Checkout, check_shadowing, for_each_checkout, modern_request, parser, running_server, say
+from .figlib import Checkout, check_shadowing, modern_request, parser, run_figure, running_server, say
 from .figlib import running_valkey as valkey_process
 
 #: The last commit before costly requests were paced (the default ``--before`` of this figure).
@@ -122,5 +122,4 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return for_each_checkout(args, lambda checkout, root: run(checkout, root, args))
+    return run_figure(build_parser(), argv, run)

@@ -137,12 +137,18 @@ def parser(figure: str, description: str) -> argparse.ArgumentParser:
     return p
 
 
-def for_each_checkout(args: argparse.Namespace, run: Callable[[Checkout, Path], None]) -> int:
-    """``run(checkout, work root)`` for each checkout of ``args``, in order; the exit status."""
+def run_figure(
+    figure_parser: argparse.ArgumentParser,
+    argv: Sequence[str] | None,
+    run: Callable[[Checkout, Path, argparse.Namespace], None],
+) -> int:
+    """A figure's ``main``: parse ``argv``, then ``run(checkout, work root, args)`` for each checkout, in
+    order; the exit status."""
+    args = figure_parser.parse_args(argv)
     with checkouts(args) as found:
         root = work_dir(args)
         for checkout in found:
-            run(checkout, root)
+            run(checkout, root, args)
     return 0
 
 
