@@ -1,7 +1,7 @@
 """Reading a remote upstream's answers with bounds, for ``ext-tasks proxy`` (both eras go through here).
 
 The upstream is a server the proxy does not control: every answer is read with a limit on its size
-(:attr:`~ext_tasks.config.ProxyOptions.proxy_max_answer_bytes`, per JSON body or per event of a stream)
+(:attr:`~ext_tasks.options.ProxyOptions.proxy_max_answer_bytes`, per JSON body or per event of a stream)
 and a limit on silence (``proxy_read_timeout_s``, per read, so an upstream that sends keep-alives keeps a
 healthy stream open). Listens wait longer: a subscription is quiet whenever nothing changes.
 

@@ -7,7 +7,7 @@ every answer so far, the function's own state, the run attempt count). Every cha
 the store commits a change only if the version it read is still current (compare-and-set), so two
 instances never both win. Each operation below is one event of the table.
 
-What a record keeps is bounded (see the limits in ``config.TaskOptions``): the client's capabilities
+What a record keeps is bounded (see the limits in ``options.TaskOptions``): the client's capabilities
 only as far as tools can use them (:func:`kept_capabilities`), a status message to
 :data:`MAX_STATUS_CHARS` characters, and the bytes the caps charge are :func:`stored_bytes`.
 """
