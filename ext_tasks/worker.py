@@ -211,6 +211,9 @@ class Worker:
                             return
             except TaskStoreUnavailable:
                 await asyncio.sleep(1.0)
+            except Exception:  # nobody awaits a watcher: it must not end with an error unseen
+                logger.exception("watching %s for a cancellation failed; watching again", run.task_id)
+                await asyncio.sleep(1.0)
 
     async def _heartbeats(self) -> None:
         depth_due = 0.0

@@ -169,17 +169,29 @@ class _Link:
                 try:
                     with unavailable_on_connection_errors():
                         connection = await self._connect()
-                        await connection.send_command("SSUBSCRIBE", channel, check_health=False)
-                except BaseException:
-                    # Never sent: the next attempt must send it again, not wait for this one's answer.
-                    if self._confirmed.get(channel) is confirmed:
-                        del self._confirmed[channel]
+                        # Shielded: valkey-py drops a connection whose write is cancelled midway, and this
+                        # one carries every channel of the link, not only the cancelled caller's.
+                        await asyncio.shield(connection.send_command("SSUBSCRIBE", channel, check_health=False))
+                except (asyncio.CancelledError, TaskStoreUnavailable):
+                    self._forget(channel, confirmed)
                     raise
+                except Exception as exc:
+                    # The shared connection is in a state its client did not expect (seen: its writer
+                    # gone under a concurrent send): start it afresh, as when it breaks.
+                    self._forget(channel, confirmed)
+                    await self._drop()
+                    raise TaskStoreUnavailable("task store unavailable: pub/sub connection lost") from exc
         try:
             async with asyncio.timeout(_SUBSCRIBE_TIMEOUT_S):
                 await asyncio.shield(confirmed)
         except TimeoutError:
             raise TaskStoreUnavailable("task store unavailable: subscription not confirmed") from None
+
+    def _forget(self, channel: str, confirmed: asyncio.Future[None]) -> None:
+        """``channel``'s SSUBSCRIBE may not have been sent: the next attempt must send it again, not
+        wait for this one's answer."""
+        if self._confirmed.get(channel) is confirmed:
+            del self._confirmed[channel]
 
     async def unsubscribe(self, channel: str) -> None:
         self._confirmed.pop(channel, None)

@@ -25,7 +25,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import unquote, urlsplit
@@ -160,19 +160,22 @@ class TrimmedPool(BlockingConnectionPool):
     async def trim(self) -> int:
         """Close the connections idle for longer than ``idle_s``; how many were closed."""
         now = time.monotonic()
+        return await self.retire_idle(lambda connection: now - self._idle_since.get(id(connection), now) > self._idle_s)
+
+    async def retire_idle(self, stale: Callable[[Any], bool] = lambda _: True) -> int:
+        """Close the idle connections ``stale`` picks; how many were closed. They leave the pool before
+        they are closed: valkey-py's own ``disconnect(inuse_connections=False)`` closes them while they
+        can still be handed out, and a caller then writes on a closed connection (an ``AttributeError``
+        deep in the client, seen after a failover)."""
         async with self._condition:
-            stale = [
-                connection
-                for connection in self._available_connections
-                if now - self._idle_since.get(id(connection), now) > self._idle_s
-            ]
-            for connection in stale:
+            retired = [connection for connection in self._available_connections if stale(connection)]
+            for connection in retired:
                 self._available_connections.remove(connection)
                 self._idle_since.pop(id(connection), None)
-        for connection in stale:
+        for connection in retired:
             with contextlib.suppress(Exception):
                 await connection.disconnect()
-        return len(stale)
+        return len(retired)
 
     async def disconnect(self, inuse_connections: bool = True) -> None:
         if inuse_connections and self._trimmer is not None:  # closing the pool (not only its idle connections)

@@ -81,7 +81,7 @@ class FollowingPool(TrimmedPool):
                 )  # fmt: skip
             self.master_address = address
             # Idle connections still point at the old primary: they reconnect on their next use.
-            await self.disconnect(inuse_connections=False)
+            await self.retire_idle()  # the idle ones lead to the old primary
         return address
 
 

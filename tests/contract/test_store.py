@@ -443,3 +443,38 @@ async def _burst_then_idle(valkey: ValkeyServer) -> None:
     finally:
         await client.aclose()
         await probe.aclose()
+
+
+async def test_idle_connections_closed_while_commands_run_are_never_handed_out(valkey_server: ValkeyServer) -> None:
+    """A promotion (the sentinels name a new primary) closes the pool's idle connections while other
+    callers keep taking connections: none of them may get one being closed (valkey-py's own
+    ``disconnect(inuse_connections=False)`` hands those out, and the caller fails inside the client)."""
+    client = connect_single(valkey_server.url, max_connections=16)
+    pool = client.connection_pool
+    assert isinstance(pool, TrimmedPool)
+    failed: list[Exception] = []
+    retired = 0
+
+    async def commands() -> None:
+        for _ in range(150):
+            try:
+                await client.incr("contract-retire:count")
+            except Exception as exc:  # noqa: BLE001 - counted: there must be none
+                failed.append(exc)
+            await asyncio.sleep(0)  # its connection waits in the pool meanwhile
+
+    async def promotions() -> None:
+        nonlocal retired
+        for _ in range(300):
+            retired += await pool.retire_idle()
+            await asyncio.sleep(0)
+
+    try:
+        with anyio.fail_after(WAIT_S):
+            await asyncio.gather(*(commands() for _ in range(16)), promotions())
+        assert failed == []
+        assert retired > 0  # the promotions did close connections under the callers' feet
+        assert int(await client.get("contract-retire:count") or 0) == 16 * 150
+    finally:
+        await client.delete("contract-retire:count")
+        await client.aclose()
