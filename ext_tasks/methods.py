@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .auth import Principal
+from .auth import InsufficientScope, Principal
 from .context import Context, Emit, InputRequired
 from .invoke import invoke_tool
 from .mrtr import ClaimOnce, StartTaskHook, binding_for, run_round
@@ -91,7 +91,9 @@ class CoreMethods:
 
     async def list_tools(self, call: Call[Listing], principal: Principal, emit: Emit) -> Result:
         _no_cursor(call.params)
-        return self._cacheable({"tools": [tool.describe() for tool in self.registry.tools.values()]})
+        # A caller sees only the tools its token's scopes let it call (all of them without OAuth).
+        tools = [tool.describe() for tool in self.registry.tools.values() if not principal.lacks(tool.scopes)]
+        return self._cacheable({"tools": tools})
 
     async def list_prompts(self, call: Call[Listing], principal: Principal, emit: Emit) -> Result:
         _no_cursor(call.params)
@@ -112,6 +114,8 @@ class CoreMethods:
         params = call.params
         if tool is None:
             raise InvalidParams(f"Unknown tool: {params.name}")
+        if principal.lacks(tool.scopes):  # the spec's step-up: 403, and the scopes that would do
+            raise InsufficientScope(tool.scopes)
         # A task is created only for a request that itself declares the extension; a stray legacy
         # `params.task` means nothing here (protocol.md §3.2-3.3).
         declares = declares_tasks(call.envelope)

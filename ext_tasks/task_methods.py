@@ -26,7 +26,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Final
 
-from .auth import Principal
+from .auth import Principal, grant_of
 from .context import Emit
 from .lifecycle import principal_tag, task_event
 from .options import TaskOptions
@@ -182,6 +182,7 @@ class TaskMethods:
             client_capabilities=capabilities,
             answers=dict(answers or {}),
             state=state,
+            grant=grant_of(principal),
         )
         limit = self._limit(now)
         try:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
@@ -37,6 +37,21 @@ T = TypeVar("T")
 ChangeKind = Literal["tools", "prompts", "resources", "resource"]
 #: Whether a tool runs as a task: never, when the client declares the extension, or always.
 TaskSupport = Literal["forbidden", "optional", "required"]
+
+
+#: A scope token (RFC 6749 §3.3): printable ASCII but space, quote and backslash.
+_SCOPE_TOKEN = re.compile(r"[\x21\x23-\x5b\x5d-\x7e]+")
+
+
+def scope_tokens(scopes: Sequence[str]) -> tuple[str, ...]:
+    """``scopes`` checked as RFC 6749 scope tokens (so they can go into a ``WWW-Authenticate`` header
+    as they are), without repeats, in their order."""
+    if isinstance(scopes, str):
+        raise ValueError("scopes must be a list of scope names, not one string")
+    for scope in scopes:
+        if not isinstance(scope, str) or not _SCOPE_TOKEN.fullmatch(scope):
+            raise ValueError(f"{scope!r} is not a scope name (printable ASCII without spaces, quotes or backslashes)")
+    return tuple(dict.fromkeys(scopes))
 
 
 def Header(name: str, description: str | None = None) -> Any:  # noqa: N802 - reads like an annotation
@@ -60,6 +75,8 @@ class Tool:
     ttl_ms: int | None = None
     poll_max_ms: int | None = None
     sensitive: bool = False
+    #: OAuth scopes a caller's token must carry to see and call the tool (besides the server's own).
+    scopes: tuple[str, ...] = ()
 
     def describe(self) -> dict[str, Any]:
         described: dict[str, Any] = {
@@ -195,6 +212,7 @@ class ToolRegistry:
         ttl_ms: int | None = None,
         poll_max_ms: int | None = None,
         sensitive: bool = False,
+        scopes: Sequence[str] = (),
     ) -> Callable[[F], F]:
         """Register an async function as a tool.
 
@@ -205,8 +223,11 @@ class ToolRegistry:
         calls ``await ctx.start_task()``. ``ttl_ms`` overrides the server's default task lifetime
         (capped by the server's maximum); ``poll_max_ms`` the ceiling of the suggested poll interval.
         ``sensitive=True``: once ``tasks/get`` has delivered the outcome, the task is kept only for the
-        server's short grace period, and ``ttlMs`` says so.
+        server's short grace period, and ``ttlMs`` says so. ``scopes``: the OAuth scopes a caller's token
+        must carry to see the tool in ``tools/list`` and to call it (a token without them gets 403
+        ``insufficient_scope``, the spec's step-up); callers with a static token or none pass.
         """
+        required_scopes = scope_tokens(scopes)
         if task not in ("forbidden", "optional", "required"):
             raise ValueError(f"task must be 'forbidden', 'optional' or 'required', not {task!r}")
         for label, value in (("ttl_ms", ttl_ms), ("poll_max_ms", poll_max_ms)):
@@ -235,6 +256,7 @@ class ToolRegistry:
                 ttl_ms=ttl_ms,
                 poll_max_ms=poll_max_ms,
                 sensitive=sensitive,
+                scopes=required_scopes,
             )
             self.add_tool(tool)
             return fn

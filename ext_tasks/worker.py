@@ -40,7 +40,7 @@ from typing import Final
 
 import msgspec
 
-from .auth import Principal
+from .auth import principal_from_grant
 from .context import Context, InputRequired, missing_capabilities
 from .invoke import invoke_tool
 from .lifecycle import task_event
@@ -330,7 +330,7 @@ class Worker:
                 holder.stored = updated
 
         ctx = Context(
-            principal=Principal(record.owner),
+            principal=principal_from_grant(record.owner, record.grant),
             envelope=Envelope(MODERN_2026_07_28, record.client_capabilities, None, None, None),
             answers=record.answers,
             state=record.state,

@@ -24,6 +24,7 @@ _JSON_FIELDS: Final = (
     "result",
     "error",
     "asked_as",
+    "grant",
 )
 _encoder: Final = msgspec.json.Encoder()
 _decoder: Final = msgspec.json.Decoder()
@@ -120,4 +121,5 @@ def record_from_fields(fields: Mapping[str, str]) -> TaskRecord:
         state=decoded.get("state"),
         result=decoded.get("result"),
         error=decoded.get("error"),
+        grant=decoded.get("grant"),
     )
