@@ -4,9 +4,10 @@ or a call to the authorization server.
 Rules:
 
 * The key is the token's SHA-256; the token itself is never kept.
-* An entry lasts until its deadline, set by whoever judged the token: a JWT's ``exp`` (no leeway), an
-  introspection answer's ``exp`` but never longer than ``EXT_TASKS_AUTH_INTROSPECTION_CACHE_S``. An
-  expired entry is never returned.
+* An entry lasts until its deadline, set by whoever judged the token: a JWT's ``exp`` (no leeway) but
+  never longer than ``EXT_TASKS_AUTH_KEYS_MAX_AGE_S`` (a key its issuer withdrew stops vouching for it by
+  then), an introspection answer's ``exp`` but never longer than ``EXT_TASKS_AUTH_INTROSPECTION_CACHE_S``.
+  An expired entry is never returned.
 * Bounded: least recently used entries go first past ``size``.
 * Refusals are kept too (introspection's ``active: false``), as a :class:`Refusal`, so a client
   retrying with a revoked token does not make this server ask again each time.

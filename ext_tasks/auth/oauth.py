@@ -65,6 +65,7 @@ class OAuthAuthenticator:
         fetcher: Fetcher,
         static: StaticTokens | None = None,
         cache_size: int = 10_000,
+        jwt_kept_s: float = 3600.0,
         now: Callable[[], float] = time.time,
     ) -> None:
         self.challenge = challenge
@@ -74,6 +75,8 @@ class OAuthAuthenticator:
         self._static = static
         self._required = frozenset(challenge.scopes)
         self.cache = TokenCache(cache_size, now=now)
+        self._jwt_kept_s = jwt_kept_s
+        self._now = now
 
     @classmethod
     def from_options(
@@ -126,6 +129,9 @@ class OAuthAuthenticator:
             fetcher=fetcher,
             static=StaticTokens(tokens) if tokens else None,
             cache_size=options.auth_token_cache_size,
+            # A verified JWT is kept no longer than the keys that verified it are trusted unfetched: a key
+            # withdrawn by its issuer stops vouching for cached tokens by then.
+            jwt_kept_s=options.auth_keys_max_age_s,
             now=now,
         )
 
@@ -190,11 +196,12 @@ class OAuthAuthenticator:
     async def _verified(self, token: str, key: bytes, parsed: Parsed, keys: IssuerKeys) -> tuple[Verdict, float]:
         assert self.verifier is not None
         try:
-            return await self.verifier.verify(token, parsed, keys)
+            principal, expires = await self.verifier.verify(token, parsed, keys)
         except AuthUnavailable:
             if self.introspector is None:
                 raise
             return await self.introspector.judge(token, key)
+        return principal, min(expires, self._now() + self._jwt_kept_s)
 
     async def aclose(self) -> None:
         if self.verifier is not None:

@@ -20,10 +20,12 @@ reason for the log; neither repeats the token.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Mapping
 from typing import Any
 
 import jwt
+import msgspec
 
 from .keys import IssuerKeys, NoKey
 from .metadata import audience_matches
@@ -43,17 +45,24 @@ Parsed = tuple[dict[str, Any], dict[str, Any]]
 
 
 def parse(token: str) -> Parsed | None:
-    """The header and the (unverified) claims of a compact JWS, or None when the token is not one."""
-    if token.count(".") != 2:
+    """The header and the (unverified) claims of a compact JWS, or None when the token is not one.
+
+    Only to choose the way and the key: read here without PyJWT, whose strict decoding (done once, in
+    :meth:`JwtVerifier.verify`) costs about 50 µs a pass."""
+    segments = token.split(".")
+    if len(segments) != 3:
         return None
     try:
-        decoded = jwt.decode_complete(token, options={"verify_signature": False})
-    except jwt.PyJWTError:
+        header, claims = (msgspec.json.decode(_unpadded(segment)) for segment in segments[:2])
+    except (ValueError, msgspec.DecodeError):
         return None
-    header, claims = decoded["header"], decoded["payload"]
     if not isinstance(header, dict) or not isinstance(claims, dict):
         return None
     return header, claims
+
+
+def _unpadded(segment: str) -> bytes:
+    return base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4))
 
 
 _REFUSALS: tuple[tuple[type[jwt.PyJWTError], str], ...] = (

@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives import serialization
 from ext_tasks.auth import InsufficientScope, Principal, Unauthenticated
 from ext_tasks.auth.oauth import MAX_TOKEN_CHARS, OAuthAuthenticator
 from ext_tasks.options import AuthOptions
-from tests.support.auth_server import JWKS_PATH, RESOURCE, AuthServer, authenticate, bearer, ec_key
+from tests.support.auth_server import JWKS_PATH, RESOURCE, AuthServer, ManualClock, authenticate, bearer, ec_key
 
 pytestmark = pytest.mark.anyio
 
@@ -110,6 +110,19 @@ async def test_a_token_seen_before_is_answered_from_the_cache_without_a_signatur
     assert authenticator.verifications == 1
     assert authenticator.cache.hits == 1
     assert server.hits[JWKS_PATH] == 1
+
+
+async def test_a_cached_token_is_verified_again_once_the_keys_age_is_reached(server: AuthServer) -> None:
+    clock = ManualClock(time.time())
+    options = AuthOptions(auth_issuers=(server.issuer,), auth_resource=RESOURCE, auth_keys_max_age_s=600.0)
+    async with aclosing(OAuthAuthenticator.from_options(options, now=clock)) as authenticator:
+        token = server.issue(aud=RESOURCE, lifetime_s=3600)
+        await authenticate(authenticator, token)
+        clock.now += 599
+        assert isinstance(authenticator.authenticate(bearer(token)), Principal)
+        clock.now += 2
+        await authenticate(authenticator, token)
+    assert authenticator.verifications == 2
 
 
 async def test_the_cache_is_bounded_and_forgets_the_least_recently_used(server: AuthServer) -> None:
