@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 import msgspec
 
-from .challenge import Unauthenticated, invalid_token
+from .challenge import Unauthenticated
 
 
 def _no_claims() -> Mapping[str, Any]:
@@ -158,7 +158,8 @@ class BearerTokenAuthenticator:
             raise Unauthenticated("Unauthorized: a bearer token is required")
         found = self._tokens.match(presented)
         if found is None:
-            raise invalid_token("unknown token", reason="unknown static token")
+            # As before OAuth: a bare challenge (no metadata to point to, nothing to tell a guesser).
+            raise Unauthenticated("Unauthorized: unknown bearer token")
         return found
 
 

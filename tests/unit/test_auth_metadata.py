@@ -5,15 +5,16 @@ deep in the engine, 503 while the issuer's keys cannot be had."""
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from typing import Any
 
 import httpx
 import pytest
 
 from ext_tasks import ToolRegistry
-from ext_tasks.auth import Authenticator, InsufficientScope
+from ext_tasks.auth import Authenticator, InsufficientScope, Principal, Unauthenticated
 from ext_tasks.auth.metadata import ProtectedResource
 from ext_tasks.auth.oauth import OAuthAuthenticator
 from ext_tasks.config import Settings
@@ -216,3 +217,25 @@ async def test_while_the_issuers_keys_cannot_be_had_requests_get_503_with_retry_
     assert response.status_code == 503
     assert int(response.headers["retry-after"]) >= 1
     assert json_rpc_error(response)["code"] == -32603
+
+
+class HeaderAuthenticator:
+    """A plug-in that needs I/O: it answers with an awaitable, which the edge awaits."""
+
+    def authenticate(self, headers: Mapping[str, Sequence[str]]) -> Awaitable[Principal]:
+        return self._principal(headers.get("x-user", [""])[0])
+
+    async def _principal(self, user: str) -> Principal:
+        await asyncio.sleep(0)
+        if not user:
+            raise Unauthenticated()
+        return Principal(id=user)
+
+
+async def test_an_authenticator_answering_with_an_awaitable_is_awaited() -> None:
+    async with connect(make_app(Settings(), HeaderAuthenticator())) as http:
+        served = await post(http, extra_headers={"X-User": "erin"})
+        refused = await post(http)
+
+    assert served.status_code == 200
+    assert (refused.status_code, refused.headers["www-authenticate"]) == (401, "Bearer")
