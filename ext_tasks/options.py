@@ -135,6 +135,9 @@ class AuthOptions(Section):
     auth_issuers: tuple[str, ...] = ()
     #: The canonical URI of this MCP server (RFC 8707): the audience its tokens must name.
     auth_resource: str | None = None
+    #: Other ``aud`` values naming this same server, accepted beside the resource (e.g. the application
+    #: id Entra ID puts in its v2 tokens); compared exactly.
+    auth_audiences: tuple[str, ...] = ()
     #: Scopes every request needs (a token without them: 403 insufficient_scope).
     auth_scopes: tuple[str, ...] = ()
     #: ``scopes_supported`` of the metadata; by default the required scopes and every tool's own.
@@ -164,7 +167,7 @@ class AuthOptions(Section):
     auth_resource_name: str | None = None
     auth_resource_documentation: str | None = None
 
-    @field_validator("auth_issuers", "auth_algorithms", mode="before")
+    @field_validator("auth_issuers", "auth_audiences", "auth_algorithms", mode="before")
     @classmethod
     def _comma_separated(cls, value: object) -> object:
         if not isinstance(value, str):

@@ -16,6 +16,7 @@ MAX_FETCH_TIMEOUT_S: Final = 30.0
 #: Variables that mean nothing while no issuer is configured.
 _NEED_ISSUERS: Final = (
     "auth_resource",
+    "auth_audiences",
     "auth_scopes",
     "auth_scopes_supported",
     "auth_jwks_url",
@@ -48,6 +49,9 @@ def check_auth_options(options: AuthOptions) -> None:
             "server, the audience its tokens must name (e.g. https://mcp.example.com/mcp)"
         )
     canonical_resource(options.auth_resource)
+    for audience in options.auth_audiences:
+        if not audience.isprintable() or " " in audience:
+            raise ValueError(f"EXT_TASKS_AUTH_AUDIENCES: {audience!r} is not an audience value")
     _check_algorithms(options.auth_algorithms)
     _check_scopes(options)
     _check_endpoints(options)

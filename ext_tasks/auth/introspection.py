@@ -60,6 +60,7 @@ class Introspector:
         fetcher: Fetcher,
         issuers: tuple[str, ...],
         resource: str,
+        audiences: tuple[str, ...] = (),
         leeway_s: float,
         cache_s: float,
         now: Callable[[], float] = time.time,
@@ -69,6 +70,7 @@ class Introspector:
         self._fetcher = fetcher
         self._issuers = issuers
         self._resource = resource
+        self._audiences = frozenset(audiences)
         self._leeway_s = leeway_s
         self._cache_s = cache_s
         self._now = now
@@ -135,7 +137,7 @@ class Introspector:
         issuer = answer.get("iss", self._issuers[0])
         if issuer not in self._issuers:
             return Refusal("the token is from an unknown issuer", "iss not configured")
-        if not audience_matches(answer.get("aud"), self._resource):
+        if not audience_matches(answer.get("aud"), self._resource, self._audiences):
             return Refusal("the token was issued for another resource", "aud absent or not this resource")
         exp, nbf = answer.get("exp"), answer.get("nbf")
         if (exp is not None and _number(exp) is None) or (nbf is not None and _number(nbf) is None):

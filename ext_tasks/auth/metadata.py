@@ -76,11 +76,11 @@ def metadata_paths(resource: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys((WELL_KNOWN + urlsplit(resource).path, WELL_KNOWN)))
 
 
-def audience_matches(audience: object, resource: str) -> bool:
-    """Whether a token's ``aud`` (a string or a list of them) names ``resource``: exactly, or with only
-    the scheme and host in another case."""
+def audience_matches(audience: object, resource: str, also: frozenset[str] = frozenset()) -> bool:
+    """Whether a token's ``aud`` (a string or a list of them) names ``resource`` (exactly, or with only
+    the scheme and host in another case) or one of ``also`` (exactly: ``EXT_TASKS_AUTH_AUDIENCES``)."""
     values = audience if isinstance(audience, list) else [audience]
-    return any(isinstance(value, str) and _same_resource(value, resource) for value in values)
+    return any(isinstance(value, str) and (value in also or _same_resource(value, resource)) for value in values)
 
 
 def _same_resource(value: str, resource: str) -> bool:

@@ -106,7 +106,11 @@ class OAuthAuthenticator:
             for issuer in options.auth_issuers
         }
         verifier = JwtVerifier(
-            keys, resource=resource, algorithms=options.auth_algorithms, leeway_s=options.auth_leeway_s
+            keys,
+            resource=resource,
+            audiences=options.auth_audiences,
+            algorithms=options.auth_algorithms,
+            leeway_s=options.auth_leeway_s,
         )
         introspector = None
         if options.auth_introspection_url is not None:
@@ -118,6 +122,7 @@ class OAuthAuthenticator:
                 fetcher=fetcher,
                 issuers=options.auth_issuers,
                 resource=resource,
+                audiences=options.auth_audiences,
                 leeway_s=options.auth_leeway_s,
                 cache_s=options.auth_introspection_cache_s,
                 now=now,

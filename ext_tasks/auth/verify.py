@@ -79,10 +79,17 @@ class JwtVerifier:
     """Verifies JWTs of the configured issuers (``keys``: one key set per issuer identifier)."""
 
     def __init__(
-        self, keys: Mapping[str, IssuerKeys], *, resource: str, algorithms: tuple[str, ...], leeway_s: float
+        self,
+        keys: Mapping[str, IssuerKeys],
+        *,
+        resource: str,
+        algorithms: tuple[str, ...],
+        leeway_s: float,
+        audiences: tuple[str, ...] = (),
     ) -> None:
         self.keys = dict(keys)
         self._resource = resource
+        self._audiences = frozenset(audiences)
         self._algorithms = frozenset(algorithms)
         self._leeway_s = leeway_s
         #: Signature checks made (a cached token makes none), for tests and operators.
@@ -123,7 +130,7 @@ class JwtVerifier:
         return self._principal(keys.issuer, claims), float(claims["exp"])
 
     def _principal(self, issuer: str, claims: dict[str, Any]) -> Principal:
-        if not audience_matches(claims.get("aud"), self._resource):
+        if not audience_matches(claims.get("aud"), self._resource, self._audiences):
             raise TokenRefused("the token was issued for another resource", "aud does not name this resource")
         if "cnf" in claims:
             raise TokenRefused("only bearer tokens are accepted", "sender-constrained token (cnf)")

@@ -86,6 +86,16 @@ async def test_an_ec_token_and_an_audience_list_with_uppercase_host_are_accepted
     assert principal.scopes == frozenset()
 
 
+async def test_a_configured_extra_audience_is_accepted_exactly(server: AuthServer) -> None:
+    """Entra ID's v2 tokens name the API's application id, not the resource: configured, it is accepted."""
+    app_id = "6e74172b-be56-4843-9ff4-e66a39bb12e3"
+    async with aclosing(build(server.issuer, auth_audiences=(app_id,))) as authenticator:
+        principal = await authenticate(authenticator, server.issue(aud=app_id))
+        error = await refusal(authenticator, server.issue(aud=app_id.upper()))
+    assert principal.subject == "alice"
+    assert "another resource" in error.challenge
+
+
 async def test_a_client_credentials_token_without_sub_is_its_client(
     server: AuthServer, authenticator: OAuthAuthenticator
 ) -> None:

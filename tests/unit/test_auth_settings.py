@@ -23,6 +23,7 @@ def test_every_auth_variable_is_read() -> None:
     env = {
         "EXT_TASKS_AUTH_ISSUERS": f"{ISSUER}, https://login.example.net/tenant/v2.0",
         "EXT_TASKS_AUTH_RESOURCE": "https://mcp.example.com/mcp",
+        "EXT_TASKS_AUTH_AUDIENCES": "6e74172b-be56-4843-9ff4-e66a39bb12e3, api://mcp",
         "EXT_TASKS_AUTH_SCOPES": "mcp:tools mcp:tasks",
         "EXT_TASKS_AUTH_SCOPES_SUPPORTED": "mcp:tools,mcp:tasks,files:write",
         "EXT_TASKS_AUTH_JWKS_URL": "https://auth.example.com/keys",
@@ -43,6 +44,7 @@ def test_every_auth_variable_is_read() -> None:
     auth = settings_from_env(env).validate().auth
 
     assert auth.auth_issuers == (ISSUER, "https://login.example.net/tenant/v2.0")
+    assert auth.auth_audiences == ("6e74172b-be56-4843-9ff4-e66a39bb12e3", "api://mcp")
     assert (auth.auth_scopes, auth.auth_scopes_supported) == (
         ("mcp:tools", "mcp:tasks"),
         ("mcp:tools", "mcp:tasks", "files:write"),
@@ -82,6 +84,7 @@ def test_oauth_is_off_by_default_with_only_asymmetric_algorithms() -> None:
         ({**BASE, "EXT_TASKS_AUTH_LEEWAY_S": "120"}, "EXT_TASKS_AUTH_LEEWAY_S must be between 0 and 60"),
         ({**BASE, "EXT_TASKS_AUTH_SCOPES": 'a"b'}, "EXT_TASKS_AUTH_SCOPES: not an OAuth scope token"),
         ({**BASE, "EXT_TASKS_AUTH_SCOPES": "offline_access"}, "offline_access"),
+        ({"EXT_TASKS_AUTH_AUDIENCES": "api://mcp"}, "EXT_TASKS_AUTH_ISSUERS is not"),
         ({**BASE, "EXT_TASKS_AUTH_FETCH_TIMEOUT_S": "0"}, "EXT_TASKS_AUTH_FETCH_TIMEOUT_S"),
         ({**BASE, "EXT_TASKS_AUTH_KEYS_REFETCH_S": "7200"}, "EXT_TASKS_AUTH_KEYS_REFETCH_S"),
     ],
