@@ -132,7 +132,7 @@ class Vu:
         self.index = index
         self.tally = tally
         self.conn = Connection(spec.get("host", "127.0.0.1"), int(spec["port"]))
-        self.mcp = Mcp(spec.get("path", "/mcp"), capabilities=CAPABILITIES)
+        self.mcp = Mcp(spec.get("path", "/mcp"), token=spec.get("token"), capabilities=CAPABILITIES)
         self.tool: str = spec.get("tool", "")
         self.poll_s = float(spec.get("poll_ms", 2.0)) / 1000.0
         self.state: Any = None

@@ -25,6 +25,8 @@ FAMILIES: Final[dict[str, tuple[str, ...]]] = {
     "mrtr": ("mrtr", "replay"),
     "polling": ("tasks_get",),
     "tasks_get": ("tasks_get",),
+    # What OAuth costs: the OAuth stacks' steps, and the same steps of the stacks without it.
+    "auth": ("replay", "tasks_get"),
     "lifecycle": ("lifecycle", "lifecycle_input"),
     "scaling": ("mrtr", "replay", "tasks_get", "lifecycle", "lifecycle_input"),
 }
@@ -75,6 +77,9 @@ class Stack:
     steps: tuple[Step, ...] = field(default=())
     #: Extra environment of the stack's server processes (name, value).
     env: tuple[tuple[str, str], ...] = ()
+    #: OAuth on: the runner starts a local issuer, configures the server for it and gives the loader a
+    #: token (the stack without OAuth it is compared with is ``OAUTH_STACKS[key]``).
+    oauth: bool = False
 
     @property
     def is_peer(self) -> bool:
@@ -96,6 +101,9 @@ class Shape:
 MIN_REPLICA_ACKS: Final = "EXT_TASKS_VALKEY_MIN_REPLICA_ACKS"
 #: The stacks measuring replica acknowledgement (no WAIT, WAIT 1), on a primary with one replica.
 REPLICA_STACKS: Final = ("ext-hc-vkr0", "ext-hc-vkr1")
+
+#: The stacks with OAuth on, each with the stack it is the same as but for OAuth (ratios taken per round).
+OAUTH_STACKS: Final = {"ext-hc-mem-oauth": "ext-hc-mem", "ext-hc-vk-oauth": "ext-hc-vk"}
 
 FULL = Shape(mrtr_levels=(1, 16, 64), lifecycle_levels=(1, 16), saturate=64, population=200, scaling_saturate=64)
 SMOKE = Shape(mrtr_levels=(4,), lifecycle_levels=(4,), saturate=4, population=6, scaling_saturate=4)
@@ -127,6 +135,15 @@ def build_plan(
         Stack("ext-hc-vkc", "ext-tasks, hypercorn, Valkey Cluster (3 primaries)", "ext", "hypercorn",
               "valkey-cluster", 1, "pinned", "main", "echo-hc", _steps(full_ext)),
     ]  # fmt: skip
+    oauth_steps = _steps({"replay": sat, "tasks_get": sat})
+    stacks += [
+        Stack("ext-hc-mem-oauth", "ext-tasks, hypercorn, in-memory, OAuth", "ext", "hypercorn", "memory", 1, "pinned",
+              "main", "echo-hc", _steps({"replay": sat}) if smoke else oauth_steps, oauth=True),
+        Stack("ext-hc-vk-oauth", "ext-tasks, hypercorn, Valkey, OAuth", "ext", "hypercorn", "valkey", 1, "pinned",
+              "main", "echo-hc", oauth_steps, oauth=True),
+    ]  # fmt: skip
+    if smoke:  # one OAuth stack, one step: a few seconds
+        stacks = [stack for stack in stacks if stack.key != "ext-hc-vk-oauth"]
     replica_steps = _steps({"lifecycle": shape.lifecycle_levels, "tasks_get": sat})
     stacks += [
         Stack(key, f"ext-tasks, hypercorn, Valkey primary + 1 replica, {what}", "ext", "hypercorn", "valkey-replica",

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from .plan import DESCRIPTIONS, MIN_REPLICA_ACKS, REPLICA_STACKS
+from .plan import DESCRIPTIONS, MIN_REPLICA_ACKS, OAUTH_STACKS, REPLICA_STACKS
 
 Record = dict[str, Any]
 
@@ -29,6 +29,8 @@ LABELS: Final[dict[str, str]] = {
     "ext-hc-mem": "ext-tasks, hypercorn, memory",
     "ext-hc-vk": "ext-tasks, hypercorn, Valkey",
     "ext-hc-vkc": "ext-tasks, hypercorn, Valkey Cluster",
+    "ext-hc-mem-oauth": "ext-tasks, hypercorn, memory, OAuth",
+    "ext-hc-vk-oauth": "ext-tasks, hypercorn, Valkey, OAuth",
     "ext-hc-vkr0": "ext-tasks, Valkey + replica, no WAIT",
     "ext-hc-vkr1": "ext-tasks, Valkey + replica, WAIT 1",
     "ext-gr-mem": "ext-tasks, granian, memory",
@@ -437,6 +439,51 @@ def _replica_section(results: Results) -> list[str]:
     if waits is not None and waits.median == 0:
         lines += ["", f"**`{r1}` issued no `WAIT`**: this build of the server ignores `{MIN_REPLICA_ACKS}`, so both "
                   "stacks ran the same code and the ratios measure noise only."]  # fmt: skip
+    return [*lines, ""]
+
+
+#: The goal of the issue: with OAuth on, resumes and tasks/get keep this share of their throughput.
+OAUTH_GOAL: Final = 0.95
+
+
+def _oauth_section(results: Results) -> list[str]:
+    """OAuth on ÷ off, for replay and tasks/get requests/s, each ratio taken inside a round."""
+    pairs = [(on, off) for on, off in OAUTH_STACKS.items() if results.has(on) and results.has(off)]
+    if not pairs:
+        return []
+    lines = [
+        "## 9. OAuth on ÷ off", "",
+        "The same server with the OAuth resource server on (`EXT_TASKS_AUTH_ISSUERS`: a local issuer, "
+        "`bench.issuer`, pinned with the loader; RS256 keys generated per run; `EXT_TASKS_AUTH_SCOPES` required) "
+        "and the loader sending one long-lived JWT on every request: after the first request each one is a "
+        "token-cache hit (SHA-256 and a dict lookup), not a signature check (that cost is `python -m "
+        f"bench.auth_cost`'s). Goal: on ÷ off ≥ {OAUTH_GOAL:g}× for resumes (`replay`) and `tasks/get`, "
+        "requests/s, the ratio taken inside each round (median, min–max; then each round's).", "",
+        "| store | workload | c | off req/s | on req/s | on ÷ off (same round) | per round | server CPU µs/req "
+        "on − off | goal | verdict |",
+        "|---|---|---:|---:|---:|---:|---|---:|---:|---|",
+    ]  # fmt: skip
+    for on, off in pairs:
+        store = results.stacks[on].get("store") or "?"
+        for workload in ("replay", "tasks_get"):
+            level = _saturate(results, on, workload)
+            if level is None or not results.find(off, workload, level):
+                continue
+            a, b = (on, workload, level), (off, workload, level)
+            ratio = results.paired(a, b, req_rate)
+            rounds = []
+            for round_index in results.rounds:
+                x = [r for r in results.find(*a) if r["round"] == round_index]
+                y = [r for r in results.find(*b) if r["round"] == round_index]
+                if x and y and req_rate(y[0]):
+                    rounds.append(f"{req_rate(x[0]) / req_rate(y[0]):.3f}")
+            verdict = "–" if ratio is None else ("met" if ratio.median >= OAUTH_GOAL else "**not met**")
+            lines.append(
+                f"| {store} | `{workload}` | {level} | {_fmt(results.value(off, workload, level, req_rate))} "
+                f"| {_fmt(results.value(on, workload, level, req_rate))} | {_fmt(ratio, 3, '×')} "
+                f"| {', '.join(rounds) or '–'} | {_fmt(results.paired(a, b, cpu_us, difference=True), 1)} "
+                f"| ≥ {OAUTH_GOAL:g}× | {verdict} |"
+            )
     return [*lines, ""]
 
 
@@ -885,6 +932,7 @@ def write_report(out: Path, meta: dict[str, Any], records: list[Record], *, plot
         lines += [*_server_table(results), ""]
     lines += _store_section(results)
     lines += _replica_section(results)
+    lines += _oauth_section(results)
     lines += ["## 6. The loader's own cost", "",
               "Every stack is driven by `bench.loadgen` (one process, pinned to the other CPU). Its CPU per request "
               "is listed in every table; here against wrk on the echo endpoint, same round.", ""]  # fmt: skip

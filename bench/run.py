@@ -17,6 +17,7 @@ import re
 import resource
 import secrets
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -26,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import commands, procs
+from . import commands, issuer, procs
 from . import plan as plans
 from .plan import Stack, Step
 
@@ -63,6 +64,8 @@ class Running:
     server_cpus: str | None
     loader_cpus: str | None
     population: list[str] = field(default_factory=list)
+    #: The loader's bearer token (an OAuth stack: a JWT of the local issuer), else None.
+    token: str | None = None
 
 
 @dataclass
@@ -100,6 +103,10 @@ def _granian_command(target: str, port: int, procs_: int, factory: bool) -> list
     return [*command, "--factory", target] if factory else [*command, target]
 
 
+#: The issuer's signing key of this run (generated at the first OAuth stack's start).
+_SIGNING: list[issuer.SigningKey] = []
+
+
 @contextlib.contextmanager
 def running_stack(stack: Stack, options: Options, state_key: str) -> Iterator[Running]:
     pinned = stack.placement == "pinned"
@@ -112,17 +119,62 @@ def running_stack(stack: Stack, options: Options, state_key: str) -> Iterator[Ru
             valkey = procs.start_store(logs, side_cpus, stack.store)
             started.append(valkey)
         port = procs.free_port()
-        server, path = _start_server(stack, port, valkey, state_key, server_cpus, logs)
+        token: str | None = None
+        auth_env: dict[str, str] = {}
+        if stack.oauth:
+            issuer_proc, token, auth_env = _start_issuer(port, side_cpus, options.scratch)
+            started.append(issuer_proc)
+        server, path = _start_server(stack, port, valkey, state_key, server_cpus, logs, auth_env)
         started.append(server)
         procs.wait_http(server, path, settle_s=1.0 if stack.procs > 1 else 0.1)
-        yield Running(stack, server, valkey, path, server_cpus, side_cpus)
+        if stack.oauth:
+            _check_challenged(server, path)
+        yield Running(stack, server, valkey, path, server_cpus, side_cpus, token=token)
     finally:
         for proc in reversed(started):
             proc.stop()
 
 
+def _check_challenged(server: procs.Proc, path: str) -> None:
+    """An OAuth stack must answer a request without a token 401 (else its figures would be auth-off ones)."""
+    request = f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\nConnection: close\r\n\r\n".encode()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5.0) as sock:
+        sock.sendall(request)
+        head = sock.recv(64)
+    if not head.startswith(b"HTTP/1.1 401"):
+        raise RuntimeError(f"{server.name}: OAuth is not on (no token answered {head[:20]!r}, not 401)")
+
+
+def _start_issuer(server_port: int, cpus: str | None, scratch: Path) -> tuple[procs.Proc, str, dict[str, str]]:
+    """The local authorization server of an OAuth stack (``bench.issuer``, pinned with the loader), one
+    long-lived token for the loader, and the server's OAuth settings."""
+    if not _SIGNING:
+        _SIGNING.append(issuer.SigningKey.generate("RS256"))
+    key = _SIGNING[0]
+    jwks_path = scratch / "issuer-jwks.json"
+    jwks_path.parent.mkdir(parents=True, exist_ok=True)
+    jwks_path.write_text(json.dumps(issuer.jwks([key])))
+    port = procs.free_port()
+    command = [sys.executable, "-m", "bench.issuer", "--port", str(port), "--jwks", str(jwks_path)]
+    proc = procs.start("issuer", procs.pinned(cpus, command), port=port, log_dir=scratch / "logs")
+    procs.wait_port(proc)
+    url, resource = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{server_port}/mcp"
+    env = {
+        "EXT_TASKS_AUTH_ISSUERS": url,
+        "EXT_TASKS_AUTH_RESOURCE": resource,
+        "EXT_TASKS_AUTH_SCOPES": issuer.SCOPE,
+    }
+    return proc, key.mint(url, resource), env
+
+
 def _start_server(
-    stack: Stack, port: int, valkey: procs.ValkeyStore | None, state_key: str, cpus: str | None, logs: Path
+    stack: Stack,
+    port: int,
+    valkey: procs.ValkeyStore | None,
+    state_key: str,
+    cpus: str | None,
+    logs: Path,
+    auth_env: dict[str, str] | None = None,
 ) -> tuple[procs.Proc, str]:
     valkey_url = None if valkey is None else valkey.url
     if stack.kind == "echo":
@@ -146,6 +198,7 @@ def _start_server(
             # this high still does its bookkeeping on every creation, so its cost stays measured.
             "EXT_TASKS_MAX_STORED_TASKS": "100000000",
             **dict(stack.env),
+            **(auth_env or {}),
         }
         if stack.server == "granian":
             command = _granian_command("ext_tasks.cli:app_from_env", port, stack.procs, factory=True)
@@ -215,6 +268,7 @@ def populate(running: Running, options: Options) -> None:
         "completed": size,
         "working": size,
         "timeout_s": 120.0,
+        "token": running.token,
     }
     process = procs.start_loader(spec, running.loader_cpus, options.scratch / "specs" / "populate.json")
     result = procs.finish_loader(process, 180.0)
@@ -244,6 +298,7 @@ def run_step(
         "poll_ms": POLL_MS,
         "task_ids": running.population,
         "start_at": time.time() + LOADER_LEAD_S,
+        "token": running.token,
     }
     spec_path = options.scratch / "specs" / f"{running.stack.key}-{step.key}.json"
     process = procs.start_loader(spec, running.loader_cpus, spec_path)
@@ -489,7 +544,9 @@ def execute(
             progress.line(f"round {round_index + 1}/{options.rounds}: starting {stack.label}")
             try:
                 with running_stack(stack, options, state_key) as running:
+                    # (not with OAuth: bench.commands sends no token; the store's work is the same)
                     measure_cost = store_costs is not None and round_index == 0 and stack.kind == "ext"
+                    measure_cost = measure_cost and not stack.oauth
                     for step in stack.steps:
                         if measure_cost and running.valkey and step.workload == "tasks_get":
                             # Before the tasks/get population: its held tasks occupy every run slot.

@@ -69,4 +69,5 @@ export EXT_TASKS_CONFORMANCE_PKG="$CONFORMANCE_PKG"
 
 step "benchmark smoke runs (seconds, no thresholds: they keep the suite from rotting)"
 .venv/bin/python -m bench.state_codec --smoke
+.venv/bin/python -m bench.auth_cost --smoke
 .venv/bin/python -m bench --smoke --out "$(mktemp -d)"
