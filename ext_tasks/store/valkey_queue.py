@@ -306,7 +306,7 @@ class _PartitionReaders:
         assert me is not None
         while True:
             await self._demand.wait()
-            if self._closing:
+            if self._closed():
                 return
             try:
                 runs = await self._queue.read_partition(self.consumer, partition, _READER_BLOCK_MS)
@@ -319,7 +319,7 @@ class _PartitionReaders:
             for run in runs:
                 self._ready.put_nowait(run)
                 self._wanted -= 1
-            if self._closing:  # asked to stop while reading: what it read is kept in buffered()
+            if self._closed():  # asked to stop while reading: what it read is kept in buffered()
                 return
             if self._wanted <= 0:
                 # (Never after close(): clearing its wake-up would leave this reader waiting for demand
@@ -329,6 +329,9 @@ class _PartitionReaders:
                 # The cluster client can swallow a cancellation that lands while a blocking read times
                 # out (it returns the empty reply instead); honour it here, or shutdown waits forever.
                 raise asyncio.CancelledError
+
+    def _closed(self) -> bool:
+        return self._closing
 
     async def close(self) -> None:
         """Stop reading: a read in progress may still deliver (within its block time); it is kept in
