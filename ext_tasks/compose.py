@@ -13,6 +13,7 @@ import asyncio
 import importlib
 import logging
 import secrets
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from migration.proxy import ForwardingHandler
@@ -23,6 +24,7 @@ from migration.shim import LegacyShim, ShimOptions
 from migration.upstream import EngineUpstream, HttpUpstream, ModernUpstream
 
 from .auth import AnonymousAuthenticator, Authenticator, BearerTokenAuthenticator
+from .auth.oauth import OAuthAuthenticator
 from .config import ConfigError, Settings
 from .engine import Engine
 from .metrics import STORE_ACCEPTS_WRITES
@@ -76,7 +78,19 @@ def build_codec(settings: Settings, audience: str) -> ResumeCodec:
 
 
 def build_authenticator(settings: Settings) -> Authenticator:
+    """OAuth access tokens (with the static tokens beside them) when issuers are configured; else the
+    static tokens, else everyone is the anonymous principal."""
+    if settings.auth.enabled:
+        try:
+            return OAuthAuthenticator.from_options(settings.auth, settings.tokens)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
     return BearerTokenAuthenticator(settings.tokens) if settings.tokens else AnonymousAuthenticator()
+
+
+def closing(authenticator: Authenticator) -> list[Callable[[], Awaitable[None]]]:
+    """What to call at shutdown for ``authenticator`` (an OAuth one has fetches to stop)."""
+    return [authenticator.aclose] if isinstance(authenticator, OAuthAuthenticator) else []
 
 
 class SharedValkey:
@@ -165,7 +179,7 @@ def build_engine(
         waits=waits,
         claim_once=claim_once,
         # Results that depend on who asks must not be shared by caches between callers.
-        cache_scope="private" if settings.tokens else "public",
+        cache_scope="private" if settings.tokens or settings.auth.enabled else "public",
     )
 
 
@@ -309,13 +323,17 @@ def serve_app(settings: Settings) -> tuple[Runtime, App]:
     """The app of ``ext-tasks serve`` (and of each of its worker processes), with its runtime."""
     from .http import create_app
 
-    runtime = Runtime(load_registry(settings.tools), settings)
+    registry = load_registry(settings.tools)
+    runtime = Runtime(registry, settings)
+    authenticator = build_authenticator(settings)
     app = create_app(
         runtime.handler,
         settings,
-        build_authenticator(settings),
+        authenticator,
+        # The metadata's scopes_supported names the tools' scopes too, so a client can ask for them.
+        tool_scopes=[scope for tool in registry.tools.values() for scope in tool.scopes],
         on_startup=[runtime.start],
-        on_shutdown=[runtime.stop],
+        on_shutdown=[runtime.stop, *closing(authenticator)],
         ready=runtime.ready,
         pacing=runtime.engine.pacing if runtime.engine is not None else None,
     )
@@ -340,4 +358,5 @@ def proxy_app(settings: Settings, upstream_url: str, version: str) -> App:
         await upstream.close()
 
     router = EraRouter(ForwardingHandler(upstream), shim)
-    return create_app(router, settings, build_authenticator(settings), on_shutdown=[close])
+    authenticator = build_authenticator(settings)
+    return create_app(router, settings, authenticator, on_shutdown=[close, *closing(authenticator)])

@@ -5,7 +5,8 @@ One name per setting, from the variable down to the code: ``EXT_TASKS_<NAME>`` i
 of the settings themselves or of one of their sections, which are the option classes the parts take
 (:mod:`.options`). Each default is written once, on its field. An empty variable means the default.
 
-Secrets (requestState keys, bearer tokens, a Valkey URL that may carry a password) are kept out of
+Secrets (requestState keys, bearer tokens, a Valkey URL that may carry a password, the OAuth client
+secret) are kept out of
 ``repr`` and out of every error message, so they never reach a log line.
 """
 
@@ -22,7 +23,8 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from .auth import parse_token_map
-from .options import SECTIONS, EngineOptions, LegacyOptions, ProxyOptions, TaskOptions, WorkerOptions
+from .auth.checks import check_auth_options
+from .options import SECTIONS, AuthOptions, EngineOptions, LegacyOptions, ProxyOptions, TaskOptions, WorkerOptions
 from .protocol.resume import parse_key
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
@@ -105,6 +107,7 @@ class Settings(BaseSettings):
     worker: WorkerOptions = WorkerOptions()
     legacy: LegacyOptions = LegacyOptions()
     proxy: ProxyOptions = ProxyOptions()
+    auth: AuthOptions = AuthOptions()
 
     @classmethod
     def settings_customise_sources(
@@ -207,7 +210,7 @@ class Settings(BaseSettings):
                 "--workers > 1 needs a shared task store: set --valkey-url / EXT_TASKS_VALKEY_URL "
                 "(with the in-memory store each process would see only its own tasks)"
             )
-        for check in (self._choices, self._caps, self._limits, self._task_policy):
+        for check in (self._choices, self._caps, self._limits, self._task_policy, self._auth):
             check()
         return self
 
@@ -282,6 +285,12 @@ class Settings(BaseSettings):
             raise ConfigError(
                 "EXT_TASKS_SENSITIVE_GRACE_MS must not be negative and EXT_TASKS_IDEMPOTENCY_WINDOW_S must be positive"
             )
+
+    def _auth(self) -> None:
+        try:
+            check_auth_options(self.auth)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
 
 
 def _parsed_keys(texts: tuple[str, ...] | list[str], variable: str) -> tuple[bytes, ...]:

@@ -1,5 +1,6 @@
 """The Litestar app: ``/mcp``. Origin/Host checks, authentication, the body's size and time limits
-and the client's disconnection (with :mod:`.watch`), and replies as HTTP.
+and the client's disconnection (with :mod:`.watch`), and replies as HTTP; with OAuth on, the Protected
+Resource Metadata (RFC 9728) at its well-known paths.
 
 This module never interprets MCP: it hands ``(body, headers, caller)`` to a
 :class:`~.replies.RequestHandler` (the engine, or the era router in front of the engine and the legacy
@@ -11,17 +12,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, cast
 from urllib.parse import urlsplit
 
-from litestar import Litestar, Request, Response, asgi, get
+from litestar import Litestar, Request, Response, asgi, get, route
 from litestar import types as litestar_types
 from litestar.exceptions import HTTPException
 from litestar.handlers import HTTPRouteHandler
 
 from . import sse
-from .auth import Authenticator, Caller
+from .auth import Authenticator, Caller, Challenge, Principal
+from .auth.metadata import ProtectedResource
 from .config import LOOPBACK_HOSTS, Settings
 from .metrics import scrape
 from .pacing import FREE_BODY_BYTES, MAX_HELD, Pacing, body_cost
@@ -103,19 +105,22 @@ def create_app(
     on_shutdown: Sequence[Callable[[], Awaitable[None]]] = (),
     ready: Callable[[], Awaitable[None]] | None = None,
     pacing: Pacing | None = None,
+    tool_scopes: Iterable[str] = (),
 ) -> App:
     """The app serving ``handler`` at ``/mcp``.
 
     ``GET /healthz`` answers while the process serves; ``GET /readyz`` also awaits ``ready`` (the task
     store's ping) and answers 503 while it fails; ``GET /metrics`` is the Prometheus scrape. ``pacing``
     charges large bodies to their principal's budget (the engine's, so listens share it; a new one from
-    the settings otherwise).
+    the settings otherwise). With OAuth on (``settings.auth``), ``GET /.well-known/oauth-protected-resource``
+    (and its path form) serve the metadata, whose ``scopes_supported`` has ``tool_scopes`` too.
     """
     limit = settings.max_body_bytes
     if pacing is None:
         pacing = Pacing(settings.engine.pacing_rate, settings.engine.pacing_burst)
+    resource = ProtectedResource.from_options(settings.auth, tool_scopes)
 
-    endpoint = McpEndpoint(handler, settings, authenticator, pacing)
+    endpoint = McpEndpoint(handler, settings, authenticator, pacing, resource.challenge if resource else None)
 
     # A raw ASGI route: the protocol needs the body bytes and the headers, nothing of Litestar's request
     # and response machinery, which measured ~50 µs per request (performance.md §3). Requests for the
@@ -125,7 +130,7 @@ def create_app(
         await endpoint(cast(Scope, scope), cast(Receive, receive), cast(Send, send))
 
     litestar = Litestar(
-        route_handlers=[mcp, *_operations_routes(ready)],
+        route_handlers=[mcp, *_operations_routes(ready), *(_metadata_routes(resource) if resource else [])],
         request_max_body_size=limit,
         on_startup=list(on_startup),
         # Listen streams end first (handler.close), then the callers' own shutdown (workers, store).
@@ -188,11 +193,44 @@ def _operations_routes(ready: Callable[[], Awaitable[None]] | None) -> list[HTTP
     return [healthz, readyz, metrics]
 
 
+#: Browser-based clients read the metadata cross-origin (it holds nothing private).
+_METADATA_HEADERS: Final = {
+    "Access-Control-Allow-Origin": "*",
+    "Cache-Control": "public, max-age=300",
+}
+_PREFLIGHT_HEADERS: Final = {
+    "Access-Control-Allow-Origin": "*",
+    "Access-Control-Allow-Methods": "GET, OPTIONS",
+    # Some clients send MCP-Protocol-Version with every request, this one included.
+    "Access-Control-Allow-Headers": "*",
+    "Access-Control-Max-Age": "86400",
+}
+
+
+def _metadata_routes(resource: ProtectedResource) -> list[HTTPRouteHandler]:
+    """The Protected Resource Metadata (RFC 9728 §3) at the path form and the bare well-known path; a
+    browser's preflight (OPTIONS) is answered too. One handler for both methods: Litestar would add an
+    OPTIONS handler of its own to a GET-only route."""
+
+    @route(list(resource.paths), http_method=["GET", "OPTIONS"], sync_to_thread=False)
+    def protected_resource_metadata(request: Request[Any, Any, Any]) -> Response[bytes]:
+        if request.method == "OPTIONS":
+            return Response(content=b"", status_code=204, headers=_PREFLIGHT_HEADERS)
+        return Response(content=resource.document, media_type=JSON, headers=_METADATA_HEADERS)
+
+    return [protected_resource_metadata]
+
+
 class McpEndpoint:
     """``/mcp`` as ASGI: every method goes to the handler, after the checks every request passes."""
 
     def __init__(
-        self, handler: RequestHandler, settings: Settings, authenticator: Authenticator, pacing: Pacing
+        self,
+        handler: RequestHandler,
+        settings: Settings,
+        authenticator: Authenticator,
+        pacing: Pacing,
+        challenge: Challenge | None = None,
     ) -> None:
         self.handler = handler
         self.pacing = pacing
@@ -202,6 +240,9 @@ class McpEndpoint:
         self.limit = settings.max_body_bytes
         self.body_timeout_s = settings.body_timeout_s
         self.authenticator = authenticator
+        #: With OAuth on: what completes the challenge of a 401 or 403 raised where the resource is
+        #: unknown (a tool's InsufficientScope, from the engine) with the metadata URL.
+        self.challenge = challenge
         self.clock = Clock()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -220,7 +261,11 @@ class McpEndpoint:
         body = b""
         try:
             self.policy.check(headers)
-            caller = self._caller(headers)
+            found = self.authenticator.authenticate(headers)
+            # Static tokens and cached OAuth tokens come back as they are: no coroutine on that path.
+            principal = found if isinstance(found, Principal) else await found
+            authorization = headers.get("authorization")
+            caller = Caller(principal, authorization[0] if authorization else None)
             if method == "POST":
                 content_type = headers.get("content-type")
                 if content_type != _JSON_ONLY and _media_type(content_type) != JSON:
@@ -250,6 +295,8 @@ class McpEndpoint:
 
     async def _send_held(self, send: Send, watch: RequestWatch | None, reply: Reply) -> None:
         """Send ``reply``, after its hold (a pacing refusal) while fewer than ``MAX_HELD`` are held."""
+        if reply.headers and self.challenge is not None and isinstance(reply, JsonReply) and reply.status in (401, 403):
+            reply = _challenged(reply, self.challenge)
         if isinstance(reply, JsonReply) and reply.hold_s > 0 and self._held < MAX_HELD:
             self._held += 1
             try:
@@ -258,9 +305,16 @@ class McpEndpoint:
                 self._held -= 1
         await _send_reply(send, watch, reply)
 
-    def _caller(self, headers: dict[str, list[str]]) -> Caller:
-        authorization = headers.get("authorization")
-        return Caller(self.authenticator.authenticate(headers), authorization[0] if authorization else None)
+
+def _challenged(reply: JsonReply, challenge: Challenge) -> JsonReply:
+    """``reply`` with its Bearer challenge naming the metadata URL (RFC 9728 §5.1), if it has one."""
+    value = reply.headers.get("WWW-Authenticate")
+    if value is None:
+        return reply
+    completed = challenge.complete(value)
+    if completed == value:
+        return reply
+    return JsonReply(reply.status, reply.message, {**reply.headers, "WWW-Authenticate": completed}, reply.hold_s)
 
 
 def _media_type(content_type: list[str] | None) -> str:

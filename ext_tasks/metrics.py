@@ -4,7 +4,8 @@ Each server process exports its own figures (label ``instance`` is the scrape ta
 requests by method and outcome with their latency, task transitions by status, the run queue's depth,
 runs taken over from dead workers, requestState rejections by reason, the notifications dropped because
 a client read its stream too slowly, costly requests refused by their principal's budget, and the store's
-health (write refusals by reason, whether it accepts writes, primaries that may evict keys, keys evicted).
+health (write refusals by reason, whether it accepts writes, primaries that may evict keys, keys evicted),
+and OAuth: tokens refused by reason, fetches of authorization servers' keys by outcome.
 """
 
 from __future__ import annotations
@@ -106,6 +107,20 @@ STORE_EVICTING_PRIMARIES: Final = Gauge(
 STORE_EVICTED_KEYS: Final = Gauge(
     "ext_tasks_store_evicted_keys",
     "Keys the store's primaries evicted since they started (INFO stats evicted_keys, summed), as last checked.",
+    registry=REGISTRY,
+)
+AUTH_REFUSALS: Final = Counter(
+    "ext_tasks_auth_refusals_total",
+    "Requests refused by OAuth authentication, by reason: missing (no bearer token), invalid (a token "
+    "refused: 401 invalid_token), scope (403 insufficient_scope, server-wide scopes), unavailable (503: the "
+    "authorization server could not be asked).",
+    ["reason"],
+    registry=REGISTRY,
+)
+AUTH_KEY_FETCHES: Final = Counter(
+    "ext_tasks_auth_key_fetches_total",
+    "Fetches of an authorization server's signing keys (discovery included), by outcome: ok or failed.",
+    ["outcome"],
     registry=REGISTRY,
 )
 KNOWN_METHODS: Final = frozenset(

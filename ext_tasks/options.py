@@ -1,7 +1,8 @@
 """The option classes the parts take, one per section of the settings (:mod:`.config` reads them from
 ``EXT_TASKS_*`` variables): :class:`EngineOptions` (the request surface), :class:`TaskOptions` (the task
 policy and what a task keeps), :class:`WorkerOptions` (running tasks), :class:`LegacyOptions` (the
-2025-11-25 shim), :class:`ProxyOptions` (``ext-tasks proxy`` reading its upstream).
+2025-11-25 shim), :class:`ProxyOptions` (``ext-tasks proxy`` reading its upstream), :class:`AuthOptions`
+(OAuth 2.1 resource server, :mod:`ext_tasks.auth`).
 
 A field's name is its variable's (``EXT_TASKS_<NAME>``), and its default is written once, here. The parts
 import their options from this module, not from :mod:`.config`, so they need nothing of how settings are
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar, Final
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, SecretStr, field_validator
 
 
 class Section(BaseModel):
@@ -110,6 +111,80 @@ class ProxyOptions(Section):
     proxy_read_timeout_s: float = 60.0
 
 
+#: The signature algorithms accepted by default: every asymmetric one of JWA (RFC 7518) and EdDSA
+#: (RFC 8037). Symmetric ones (HS*) and ``none`` are never accepted (:mod:`ext_tasks.auth.checks`).
+ASYMMETRIC_ALGORITHMS: Final = (
+    "RS256",
+    "RS384",
+    "RS512",
+    "PS256",
+    "PS384",
+    "PS512",
+    "ES256",
+    "ES384",
+    "ES512",
+    "EdDSA",
+)
+
+
+class AuthOptions(Section):
+    """The OAuth 2.1 resource server (MCP 2026-07-28 authorization); off while ``auth_issuers`` is empty.
+    The checks of these values are :func:`ext_tasks.auth.checks.check_auth_options` (run at start)."""
+
+    #: Issuer identifiers of the authorization servers whose access tokens are accepted (exact spelling).
+    auth_issuers: tuple[str, ...] = ()
+    #: The canonical URI of this MCP server (RFC 8707): the audience its tokens must name.
+    auth_resource: str | None = None
+    #: Other ``aud`` values naming this same server, accepted beside the resource (e.g. the application
+    #: id Entra ID puts in its v2 tokens); compared exactly.
+    auth_audiences: tuple[str, ...] = ()
+    #: Scopes every request needs (a token without them: 403 insufficient_scope).
+    auth_scopes: tuple[str, ...] = ()
+    #: ``scopes_supported`` of the metadata; by default the required scopes and every tool's own.
+    auth_scopes_supported: tuple[str, ...] | None = None
+    #: The JWKS of every issuer, instead of its discovered ``jwks_uri``.
+    auth_jwks_url: str | None = None
+    #: RFC 7662 introspection endpoint, for tokens that are not JWTs.
+    auth_introspection_url: str | None = None
+    #: This server's client credentials at the introspection endpoint (client_secret_basic).
+    auth_client_id: str | None = None
+    auth_client_secret: SecretStr | None = None
+    #: The JWS algorithms accepted (asymmetric only).
+    auth_algorithms: tuple[str, ...] = ASYMMETRIC_ALGORITHMS
+    #: Clock skew tolerated on ``exp``, ``nbf`` and ``iat`` (0 to 60).
+    auth_leeway_s: int = 30
+    #: Verified tokens remembered (by SHA-256) until they expire, so a token seen before is not verified again.
+    auth_token_cache_size: int = 10_000
+    #: The longest an introspection answer is trusted (a revoked token is refused at the latest then).
+    auth_introspection_cache_s: float = 60.0
+    #: Keys older than this are fetched again in the background (the old ones serve meanwhile).
+    auth_keys_max_age_s: float = 3600.0
+    #: The shortest time between two fetches of one issuer's keys for an unknown key id.
+    auth_keys_refetch_s: float = 30.0
+    #: How long one fetch from an authorization server (discovery and keys, or introspection) may take.
+    auth_fetch_timeout_s: float = 5.0
+    #: ``resource_name`` and ``resource_documentation`` of the metadata.
+    auth_resource_name: str | None = None
+    auth_resource_documentation: str | None = None
+
+    @field_validator("auth_issuers", "auth_audiences", "auth_algorithms", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        return tuple(item.strip() for item in value.replace("\n", ",").split(",") if item.strip())
+
+    @field_validator("auth_scopes", "auth_scopes_supported", mode="before")
+    @classmethod
+    def _scope_list(cls, value: object) -> object:
+        # Scopes are space-separated in OAuth; commas are accepted too, like the other lists.
+        return tuple(value.replace(",", " ").split()) if isinstance(value, str) else value
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.auth_issuers)
+
+
 #: The sections of the settings, by field name.
 SECTIONS: Final[Mapping[str, type[Section]]] = {
     "engine": EngineOptions,
@@ -117,4 +192,5 @@ SECTIONS: Final[Mapping[str, type[Section]]] = {
     "worker": WorkerOptions,
     "legacy": LegacyOptions,
     "proxy": ProxyOptions,
+    "auth": AuthOptions,
 }

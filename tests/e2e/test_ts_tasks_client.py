@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +33,9 @@ import pytest
 from tests.e2e.ts_tools import BROKEN_DATA, BROKEN_MESSAGE, CANCELLED_LINE
 from tests.support.clients import run_json_client
 from tests.support.cluster import Cluster, running_cluster, wait_for
-from tests.support.processes import REPO, ServerProcess, running_server
+from tests.support.node import node22 as node22_binary
+from tests.support.node import require_packages
+from tests.support.processes import ServerProcess, running_server
 
 pytestmark = pytest.mark.e2e
 
@@ -47,7 +47,6 @@ SERVER_ENV = {"EXT_TASKS_POLL_INTERVAL_MS": "50"}
 SCENARIO_TIMEOUT_MS = 15_000
 INPUT_GRACE_MS = 5_000
 DRIVER_TIMEOUT_S = 90
-NODE_TIMEOUT_S = 180
 CANCEL_SEEN_TIMEOUT_S = 10
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 RELATED_TASK = "io.modelcontextprotocol/related-task"
@@ -62,36 +61,8 @@ SETUP_HINT = "run bash scripts/test.sh (it fetches Node 22 and runs npm ci in te
 @pytest.fixture(scope="module")
 def node22() -> Path:
     """The Node 22 binary (resolved once through npx), with the driver's pinned packages installed."""
-    npx = shutil.which("npx")
-    if npx is None:
-        pytest.fail(f"npx is not on PATH, so Node 22 cannot be fetched: install Node.js; {SETUP_HINT}", pytrace=False)
-    for package, version in PINNED.items():
-        manifest = TS_DIR / "node_modules" / package / "package.json"
-        if not manifest.exists():
-            pytest.fail(f"{package} is not installed in {TS_DIR}: {SETUP_HINT}", pytrace=False)
-        installed = json.loads(manifest.read_text())["version"]
-        if installed != version:
-            pytest.fail(f"{package} {installed} is installed in {TS_DIR}, not {version}: {SETUP_HINT}", pytrace=False)
-    try:
-        completed = subprocess.run(
-            [npx, "-y", "-p", "node@22", "-c", "node -p \"process.version + ' ' + process.execPath\""],
-            capture_output=True,
-            text=True,
-            timeout=NODE_TIMEOUT_S,
-            cwd=REPO,
-            check=False,
-            stdin=subprocess.DEVNULL,
-        )
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"npx did not provide Node 22 within {NODE_TIMEOUT_S}s: {SETUP_HINT}", pytrace=False)
-    version, _, binary = completed.stdout.strip().rpartition("\n")[2].partition(" ")
-    if completed.returncode != 0 or not version.startswith("v22.") or not Path(binary).exists():
-        pytest.fail(
-            f"npx -p node@22 gave no Node 22 (exit {completed.returncode}, {completed.stdout!r}, "
-            f"{completed.stderr[-2000:]!r}): {SETUP_HINT}",
-            pytrace=False,
-        )
-    return Path(binary)
+    require_packages(TS_DIR, PINNED, SETUP_HINT)
+    return node22_binary(SETUP_HINT)
 
 
 # --- Targets and runs -----------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import pytest
 from ext_tasks.auth import AnonymousAuthenticator, BearerTokenAuthenticator
 from ext_tasks.compose import build_authenticator, build_codec, build_store
 from ext_tasks.config import PREFIX, ConfigError, Settings, settings_from_env
+from ext_tasks.options import SECTIONS
 from ext_tasks.protocol.errors import InvalidRequestState
 from ext_tasks.protocol.resume import Binding, generate_key, parse_key
 
@@ -313,7 +314,7 @@ def test_every_variable_of_the_readme_is_a_setting_of_the_same_name() -> None:
     assert len(names) > 30
     sections = [
         Settings(),
-        *(getattr(Settings(), section) for section in ("engine", "tasks", "worker", "legacy", "proxy")),
+        *(getattr(Settings(), section) for section in SECTIONS),
     ]
     for name in names:
         field = name.removeprefix(PREFIX).lower()
