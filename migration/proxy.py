@@ -54,8 +54,7 @@ class ForwardingHandler:
                 message = await reading.message(method, response)
                 if message is None:
                     return JsonReply(202, None)
-                retry_after = response.headers.get("retry-after")
-                return JsonReply(response.status_code, message, {"Retry-After": retry_after} if retry_after else {})
+                return JsonReply(response.status_code, message, _relayed_headers(response.headers))
             messages = reading.messages(method, response)
             # The first message is read before the stream is answered, so an upstream stream that fails
             # from the start (too large, silent, not JSON) is a 5xx like a JSON answer, not a 200.
@@ -68,6 +67,15 @@ class ForwardingHandler:
 
     def close(self) -> None:
         return None
+
+
+#: Response headers the client needs from the upstream: when to come back, and how to authorize (the
+#: upstream is the resource server; its challenge names its metadata).
+_RELAYED_HEADERS: Final = {"retry-after": "Retry-After", "www-authenticate": "WWW-Authenticate"}
+
+
+def _relayed_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    return {spelled: headers[name] for name, spelled in _RELAYED_HEADERS.items() if name in headers}
 
 
 async def _relayed(

@@ -319,7 +319,11 @@ class _PartitionReaders:
             for run in runs:
                 self._ready.put_nowait(run)
                 self._wanted -= 1
+            if self._closing:  # asked to stop while reading: what it read is kept in buffered()
+                return
             if self._wanted <= 0:
+                # (Never after close(): clearing its wake-up would leave this reader waiting for demand
+                # until close() gives up on it, 2 s later, on every close of a cluster store.)
                 self._demand.clear()
             if me.cancelling():
                 # The cluster client can swallow a cancellation that lands while a blocking read times

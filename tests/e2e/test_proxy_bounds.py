@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from tests.support.cluster import wait_for
-from tests.support.hostile import HostileServer
+from tests.support.hostile import CHALLENGE, HostileServer
 from tests.support.mcp_http import modern_request
 from tests.support.memory import peak_rss_mib, rss_mib
 from tests.support.processes import REPO, free_port, stop
@@ -149,3 +149,12 @@ def test_a_legacy_caller_gets_the_same_answers_in_its_era(proxy: tuple[str, int]
         assert (response.status_code, response.json()["id"]) == (status, tool), response.text[:300]
         assert text in _error(response)["message"]
     assert peak_rss_mib(pid) - baseline < GROWTH_BOUND_MIB
+
+
+def test_the_upstreams_challenge_reaches_the_client(proxy: tuple[str, int]) -> None:
+    """The upstream is the resource server: its 401 and the challenge naming its metadata come back as
+    they are, so an OAuth client behind the proxy can find the authorization server."""
+    response = _call(proxy[0], "unauthorized")
+    assert response.status_code == 401
+    assert response.headers["www-authenticate"] == CHALLENGE
+    assert _error(response)["code"] == -32600

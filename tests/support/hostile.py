@@ -16,7 +16,8 @@ answers are chosen by the called tool's name.
   0.25 s for ``quiet_s``, then the result;
 - ``redirect``: 307 with an empty body; ``empty-502``: 502 with an empty body; ``deep``: a result nested
   100,000 levels deep;
-- ``forever``: a task that stays ``working`` with ``pollIntervalMs: 0``.
+- ``forever``: a task that stays ``working`` with ``pollIntervalMs: 0``;
+- ``unauthorized``: 401 with a Bearer challenge naming the upstream's resource metadata (:data:`CHALLENGE`).
 
 ``tools/list`` lists them; ``tasks/get`` says ``working`` (``pollIntervalMs: 0``); ``tasks/cancel`` is never
 answered; ``subscriptions/listen``
@@ -36,7 +37,8 @@ from types import TracebackType
 from typing import Any
 
 TOOLS = ("ok", "huge", "endless-line", "endless-event", "stall", "keepalives", "redirect", "empty-502", "deep",
-         "forever")  # fmt: skip
+         "forever", "unauthorized")  # fmt: skip
+CHALLENGE = 'Bearer resource_metadata="http://127.0.0.1/.well-known/oauth-protected-resource/mcp", scope="mcp:tools"'
 _CHUNK = b"x" * 65536
 #: The task ``forever`` starts, as every ``tasks/get`` reads it.
 _FOREVER = {
@@ -184,6 +186,15 @@ class HostileServer:
         body = b'{"jsonrpc": "2.0", "id": %s, "result": {"deep": ' % json.dumps(request_id).encode()
         return await _raw_json(writer, body + b"[" * depth + b"]" * depth + b"}}")
 
+    async def _unauthorized(self, request_id: Any, writer: asyncio.StreamWriter) -> bool:
+        body = json.dumps({"jsonrpc": "2.0", "id": request_id, "error": {"code": -32600, "message": "Unauthorized"}})
+        head = b"HTTP/1.1 401 Unauthorized\r\nContent-Type: application/json\r\nWWW-Authenticate: %s\r\n" % (
+            CHALLENGE.encode()
+        )
+        writer.write(head + b"Content-Length: %d\r\n\r\n%s" % (len(body), body.encode()))
+        await writer.drain()
+        return True
+
     async def _forever(self, request_id: Any, writer: asyncio.StreamWriter) -> bool:
         return await _json(writer, _result(request_id, {"resultType": "task", **_FOREVER}))
 
@@ -217,6 +228,7 @@ class HostileServer:
         "tools/call:empty-502": _empty_502,
         "tools/call:deep": _deep,
         "tools/call:forever": _forever,
+        "tools/call:unauthorized": _unauthorized,
     }
 
 
