@@ -128,9 +128,12 @@ def provider_for(args: argparse.Namespace, storage: MemoryStorage) -> OAuthClien
         client_name="ext-tasks-e2e-mcp2",
     )
     return OAuthClientProvider(
-        server_url=args.url, client_metadata=metadata, storage=storage, redirect_handler=open_browser,
+        server_url=args.url,
+        client_metadata=metadata,
+        storage=storage,
+        redirect_handler=open_browser,
         callback_handler=await_callback,
-    )  # fmt: skip
+    )
 
 
 def texts(result: types.CallToolResult) -> list[str]:
