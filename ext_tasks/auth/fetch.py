@@ -8,7 +8,8 @@ Rules:
   past ``max_bytes`` (a declared ``Content-Length`` over it is refused before reading). Compressed
   answers are refused (``Accept-Encoding: identity`` is asked): a small compressed body may inflate to
   anything. Redirects are not followed.
-* Only a JSON object in a 200 answer is a success.
+* Only a JSON object in a 200 answer is a success. Of a 400 answer, only its OAuth ``error`` code is
+  read (RFC 6749 §5.2; a few KiB at most), for the caller to tell a refusal from a failure.
 * The reason of a failure names the URL and what went wrong, never a request's body (a token, a client
   secret) or an answer's content.
 """
@@ -16,6 +17,7 @@ Rules:
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Mapping
 from typing import Any, Final
 from urllib.parse import urlsplit
@@ -25,10 +27,19 @@ import msgspec
 
 MAX_BYTES: Final = 256 * 1024
 _CHUNK: Final = 16 * 1024
+#: The most read of a 400 answer for its ``error`` code.
+_ERROR_BYTES: Final = 4096
+#: RFC 6749 §5.2: ``error = 1*( %x20-21 / %x23-5B / %x5D-7E )``.
+_ERROR_CODE: Final = re.compile(r"[\x20\x21\x23-\x5b\x5d-\x7e]{1,64}")
 
 
 class FetchFailed(Exception):
-    """The answer could not be had or used; ``str()`` says why, for the log."""
+    """The answer could not be had or used; ``str()`` says why, for the log. ``error``: the OAuth error
+    code (RFC 6749 §5.2) of a 400 answer that named one."""
+
+    def __init__(self, reason: str, *, error: str | None = None) -> None:
+        super().__init__(reason)
+        self.error = error
 
 
 class Fetcher:
@@ -79,7 +90,9 @@ class Fetcher:
         response = await self._client().send(request, stream=True)
         try:
             if response.status_code != 200:
-                raise FetchFailed(f"{url}: HTTP {response.status_code}")
+                error = await _oauth_error(response) if response.status_code == 400 else None
+                named = f" ({error})" if error else ""
+                raise FetchFailed(f"{url}: HTTP {response.status_code}{named}", error=error)
             if response.headers.get("content-encoding", "identity").lower() != "identity":
                 raise FetchFailed(f"{url}: a compressed answer (identity was asked)")
             declared = response.headers.get("content-length", "")
@@ -100,6 +113,21 @@ class Fetcher:
         if self._http is not None:
             await self._http.aclose()
             self._http = None
+
+
+async def _oauth_error(response: httpx.Response) -> str | None:
+    """The ``error`` code of an OAuth error answer (a JSON object), if it fits in a few KiB."""
+    body = b""
+    async for chunk in response.aiter_raw(_CHUNK):
+        body += chunk
+        if len(body) > _ERROR_BYTES:
+            return None
+    try:
+        document = msgspec.json.decode(body)
+    except msgspec.DecodeError:
+        return None
+    error = document.get("error") if isinstance(document, dict) else None
+    return error if isinstance(error, str) and _ERROR_CODE.fullmatch(error) else None
 
 
 def metadata_urls(issuer: str) -> list[str]:

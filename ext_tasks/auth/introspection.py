@@ -15,7 +15,9 @@ This server authenticates there with its own client credentials (``client_secret
 Answers are kept (by the token's hash, :mod:`.cache`), refusals too, until ``exp`` but never longer than
 ``EXT_TASKS_AUTH_INTROSPECTION_CACHE_S``: a revoked token is refused at the latest when its entry
 lapses. Concurrent requests with the same new token make one call. An endpoint that cannot be asked
-makes :class:`AuthUnavailable` (503): the token may be fine.
+makes :class:`AuthUnavailable` (503): the token may be fine. An endpoint answering 400
+``unsupported_token_type`` (oidc-provider's answer for any JWT, its own or another issuer's) says it
+vouches for no token of that kind: a refusal (:data:`UNSUPPORTED`), not a failure.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import base64
 import logging
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Final
 from urllib.parse import quote_plus
 
 from .cache import Refusal, Verdict
@@ -35,6 +37,9 @@ from .metadata import audience_matches
 from .principals import Principal
 
 logger = logging.getLogger("ext_tasks.auth")
+
+#: The reason of the refusal of a token the endpoint does not introspect (400 ``unsupported_token_type``).
+UNSUPPORTED: Final = "the introspection endpoint does not take this kind of token (unsupported_token_type)"
 
 #: What an introspection call resolves to: a verdict and until when it holds, or None when the endpoint
 #: could not be asked.
@@ -103,6 +108,8 @@ class Introspector:
         try:
             answer = await self._fetcher.post_form(self.url, form, authorization=self._authorization)
         except FetchFailed as exc:
+            if exc.error == "unsupported_token_type":
+                return Refusal("the token is not from a known issuer", UNSUPPORTED), self._now() + self._cache_s
             logger.warning("token introspection failed (%s)", exc)
             return None
         except Exception:  # never take the server down; the request gets 503

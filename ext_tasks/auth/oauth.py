@@ -9,8 +9,11 @@ A request's way, cheapest first:
 3. A token judged before (its SHA-256 in :class:`~.cache.TokenCache`): that verdict, returned without
    a coroutine. Most requests end here.
 4. A JWT of a configured issuer: verified locally (:mod:`.verify`); if that issuer's keys can never be
-   fetched and an introspection endpoint is configured, introspected instead.
-5. Anything else: introspected (:mod:`.introspection`) when an endpoint is configured, else refused.
+   fetched and an introspection endpoint is configured, introspected instead (still 503 when the endpoint
+   introspects no JWT).
+5. Anything else: introspected (:mod:`.introspection`) when an endpoint is configured, else refused. An
+   endpoint that does not take the token (400 ``unsupported_token_type``, as oidc-provider answers a JWT
+   of another issuer) refuses it: 401, not 503.
 
 Refused tokens: 401 ``error="invalid_token"``. Valid tokens without the server-wide scopes
 (``EXT_TASKS_AUTH_SCOPES``): 403 ``error="insufficient_scope"`` naming them all. Authorization server
@@ -33,7 +36,7 @@ from .cache import Refusal, TokenCache, Verdict, token_key
 from .challenge import AuthUnavailable, Challenge, InsufficientScope, Unauthenticated, invalid_token
 from .checks import check_auth_options
 from .fetch import Fetcher
-from .introspection import Introspector
+from .introspection import UNSUPPORTED, Introspector
 from .keys import IssuerKeys
 from .metadata import canonical_resource, metadata_url
 from .principals import Principal, StaticTokens, bearer_token
@@ -205,7 +208,10 @@ class OAuthAuthenticator:
         except AuthUnavailable:
             if self.introspector is None:
                 raise
-            return await self.introspector.judge(token, key)
+            judged = await self.introspector.judge(token, key)
+            if isinstance(judged[0], Refusal) and judged[0].reason == UNSUPPORTED:
+                raise  # the endpoint introspects no JWT: the keys are the only way, and they cannot be had
+            return judged
         return principal, min(expires, self._now() + self._jwt_kept_s)
 
     async def aclose(self) -> None:

@@ -13,9 +13,11 @@ release gate, and a silently skipped gate is worse than a red one.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -112,7 +114,8 @@ def parse(returncode: int, output: str, stderr: str = "") -> RefereeRun:
     return RefereeRun(returncode, output, scenarios, total, not_scored, failing_unscored)
 
 
-def run_referee(server: Served, out_dir: Path, *selection: str) -> RefereeRun:
+def run_referee(server: Served, out_dir: Path, *selection: str, env: Mapping[str, str] | None = None) -> RefereeRun:
+    """One referee run against ``server``; ``env`` is added to the referee's environment."""
     command = f"conformance server --url {server.url} {' '.join(selection)} -o {out_dir}"
     argv = [npx(), "-y", "-p", "node@22", "-p", REFEREE, "-c", command]
     try:
@@ -122,6 +125,7 @@ def run_referee(server: Served, out_dir: Path, *selection: str) -> RefereeRun:
             text=True,
             timeout=REFEREE_TIMEOUT_S,
             cwd=out_dir.parent,
+            env=None if env is None else {**os.environ, **env},
             check=False,
         )
     except subprocess.TimeoutExpired as exc:

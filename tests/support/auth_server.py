@@ -93,7 +93,9 @@ class AuthServer:
         self.discovery = discovery
         self._rsa = next(_servers)
         self.keys: list[SigningKey] = [rsa_key(self._rsa), ec_key()]
-        #: Per path: "hang", "garbage", "huge", "500" or "not-an-object"; the rest answer normally.
+        #: Per path: "hang", "garbage", "huge", "500", "not-an-object", "unsupported" (400
+        #: ``unsupported_token_type``, oidc-provider's introspection answer for a JWT) or "invalid-request"
+        #: (400 ``invalid_request``); the rest answer normally.
         self.modes: dict[str, str] = {}
         self.hits: Counter[str] = Counter()
         #: Introspection answers by token; an unknown token is inactive.
@@ -205,6 +207,10 @@ class AuthServer:
         if mode == "500":
             self._send(writer, 500, b'{"error": "server_error"}')
             return
+        if mode in ("unsupported", "invalid-request"):
+            error = "unsupported_token_type" if mode == "unsupported" else "invalid_request"
+            self._send(writer, 400, json.dumps({"error": error, "error_description": "refused"}).encode())
+            return
         status, document = self._route(method, path, headers, body)
         self._send(writer, status, json.dumps(document).encode())
 
@@ -228,7 +234,9 @@ class AuthServer:
 
     @staticmethod
     def _send(writer: asyncio.StreamWriter, status: int, body: bytes) -> None:
-        reason = {200: "OK", 401: "Unauthorized", 404: "Not Found", 500: "Internal Server Error"}[status]
+        reason = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 500: "Internal Server Error"}[
+            status
+        ]
         head = (
             f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
             f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"

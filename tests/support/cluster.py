@@ -197,11 +197,12 @@ http {{
 
 @contextlib.contextmanager
 def running_nginx(
-    directory: Path, upstream_ports: Sequence[int], timeout_s: float = START_TIMEOUT_S
+    directory: Path, upstream_ports: Sequence[int], timeout_s: float = START_TIMEOUT_S, port: int | None = None
 ) -> Iterator[Balancer]:
-    """nginx (``daemon off``, a child of this process) in front of ``upstream_ports``; stopped by PID."""
+    """nginx (``daemon off``, a child of this process) in front of ``upstream_ports``, on ``port`` (a free
+    one by default); stopped by PID."""
     directory.mkdir(parents=True, exist_ok=True)
-    port = free_port()
+    port = port or free_port()
     conf = directory / "nginx.conf"
     conf.write_text(nginx_conf(directory, port, upstream_ports))
     with (directory / "nginx-stderr.log").open("wb") as log:
@@ -294,16 +295,19 @@ def running_cluster(
     env: Mapping[str, str] | None = None,
     size: int = 3,
     valkey_url: str | None = None,
+    balancer_port: int | None = None,
 ) -> Iterator[Cluster]:
     """``size`` servers sharing one store and one key (own key prefix), nginx round-robin. The store is
-    a valkey-server started here, or the one at ``valkey_url`` (left running)."""
+    a valkey-server started here, or the one at ``valkey_url`` (left running). ``balancer_port``: nginx's
+    port, for servers whose settings must name the URL their clients use (a free one by default)."""
     with contextlib.ExitStack() as stack:
         valkey = stack.enter_context(running_valkey(tmp_path / "valkey")) if valkey_url is None else None
         url = valkey.url if valkey is not None else valkey_url
         assert url is not None
         shared = fleet_env(keygen(), env)
         servers = stack.enter_context(running_servers(tmp_path, count=size, tools=tools, valkey=url, env=shared))
-        balancer = stack.enter_context(running_nginx(tmp_path / "nginx", [server.port for server in servers]))
+        ports = [server.port for server in servers]
+        balancer = stack.enter_context(running_nginx(tmp_path / "nginx", ports, port=balancer_port))
         yield Cluster(valkey=valkey, valkey_url=url, servers=servers, balancer=balancer, tools=tools, env=shared)
 
 

@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -53,7 +54,7 @@ def _wait_until_listening(server: ServerProcess, timeout_s: float) -> None:
     raise TimeoutError(f"server did not listen within {timeout_s}s:\n{server.log()}")
 
 
-def stop(process: subprocess.Popen[bytes], timeout_s: float = 10.0) -> None:
+def stop(process: subprocess.Popen[Any], timeout_s: float = 10.0) -> None:
     """Stop one process by its PID: SIGTERM, then SIGKILL if it does not exit in time."""
     if process.poll() is not None:
         return

@@ -208,6 +208,43 @@ async def test_a_jwt_of_an_unknown_issuer_is_introspected_when_an_endpoint_is_co
     assert server.hits[JWKS_PATH] == 0
 
 
+async def test_a_jwt_of_an_unknown_issuer_the_endpoint_does_not_take_is_401_and_kept(
+    server: AuthServer, authenticator: OAuthAuthenticator
+) -> None:
+    # oidc-provider answers any JWT with 400 unsupported_token_type: that refuses the token, it is no outage.
+    server.modes[INTROSPECTION_PATH] = "unsupported"
+    token = server.issue(iss="https://elsewhere.example", aud=RESOURCE)
+
+    for _ in range(2):
+        with pytest.raises(Unauthenticated) as caught:
+            await authenticate(authenticator, token)
+        assert caught.value.error == "invalid_token"
+        assert 'error_description="the token is not from a known issuer"' in caught.value.challenge
+
+    assert server.hits[INTROSPECTION_PATH] == 1
+    assert server.hits[JWKS_PATH] == 0
+
+
+async def test_another_400_of_the_endpoint_is_still_503(server: AuthServer, authenticator: OAuthAuthenticator) -> None:
+    server.modes[INTROSPECTION_PATH] = "invalid-request"
+
+    with pytest.raises(AuthUnavailable):
+        await authenticate(authenticator, OPAQUE)
+
+
+async def test_a_jwt_of_a_known_issuer_whose_keys_are_down_stays_503_when_the_endpoint_takes_no_jwt(
+    server: AuthServer, authenticator: OAuthAuthenticator
+) -> None:
+    server.modes[JWKS_PATH] = "500"
+    server.modes[INTROSPECTION_PATH] = "unsupported"
+    token = server.issue(aud=RESOURCE)
+
+    with pytest.raises(AuthUnavailable):
+        await authenticate(authenticator, token)
+
+    assert server.hits[INTROSPECTION_PATH] == 1
+
+
 async def test_neither_the_token_nor_the_secret_is_logged(
     server: AuthServer, authenticator: OAuthAuthenticator, caplog: pytest.LogCaptureFixture
 ) -> None:
