@@ -181,10 +181,11 @@ def parse_token_map(text: str) -> dict[str, str]:
 MAX_GRANT_BYTES = 4096
 
 
-def grant_of(principal: Principal) -> dict[str, Any] | None:
-    """What a task keeps of ``principal`` so its tool sees the same principal on any worker: nothing for
-    a static-token or anonymous caller (the id says it all), the OAuth issuer, subject, client, scopes
-    and, within :data:`MAX_GRANT_BYTES`, the claims otherwise."""
+def grant_of(principal: Principal) -> str | None:
+    """What a task keeps of ``principal`` so its tool sees the same principal on any worker, as JSON
+    text: nothing for a static-token or anonymous caller (the id says it all), the OAuth issuer, subject,
+    client, scopes and, within :data:`MAX_GRANT_BYTES`, the claims otherwise. Text, not an object: only
+    a worker starting the run reads it, so the many reads of a task (``tasks/get``) never decode it."""
     if principal.scopes is None and principal.issuer is None:
         return None
     grant: dict[str, Any] = {
@@ -193,24 +194,26 @@ def grant_of(principal: Principal) -> dict[str, Any] | None:
         "client_id": principal.client_id,
         "scopes": None if principal.scopes is None else sorted(principal.scopes),
     }
-    with_claims = {**grant, "claims": dict(principal.claims)}
     try:
-        fits = len(msgspec.json.encode(with_claims)) <= MAX_GRANT_BYTES
+        with_claims = msgspec.json.encode({**grant, "claims": dict(principal.claims)})
     except (TypeError, ValueError, msgspec.EncodeError):  # a plug-in's claims that are not JSON
-        fits = False
-    return with_claims if fits else grant
+        with_claims = b""
+    if 0 < len(with_claims) <= MAX_GRANT_BYTES:
+        return with_claims.decode()
+    return msgspec.json.encode(grant).decode()
 
 
-def principal_from_grant(owner: str, grant: Mapping[str, Any] | None) -> Principal:
+def principal_from_grant(owner: str, grant: str | None) -> Principal:
     """The principal a task was created by, from its owner and :func:`grant_of`."""
     if not grant:
         return Principal(id=owner, anonymous=owner == ANONYMOUS.id)
-    scopes = grant.get("scopes")
+    kept: dict[str, Any] = msgspec.json.decode(grant)
+    scopes = kept.get("scopes")
     return Principal(
         id=owner,
-        issuer=grant.get("issuer"),
-        subject=grant.get("subject"),
-        client_id=grant.get("client_id"),
+        issuer=kept.get("issuer"),
+        subject=kept.get("subject"),
+        client_id=kept.get("client_id"),
         scopes=None if scopes is None else frozenset(scopes),
-        claims=MappingProxyType(dict(grant.get("claims") or {})),
+        claims=MappingProxyType(dict(kept.get("claims") or {})),
     )

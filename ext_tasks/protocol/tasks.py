@@ -73,9 +73,10 @@ class TaskRecord:
     #: Every key ever put in ``inputRequests`` -> the tool's own key for it. A question asked again
     #: (its answer did not fit) goes out under a fresh key, since keys are unique for a task's life.
     asked_as: dict[str, str] = field(default_factory=dict)
-    #: What the owner's credentials said at creation (OAuth issuer, subject, client, scopes, claims), so
-    #: the tool sees the same ``ctx.principal`` on whichever worker runs it; ``None`` for a static token.
-    grant: dict[str, Any] | None = None
+    #: What the owner's credentials said at creation (OAuth issuer, subject, client, scopes, claims), as
+    #: JSON text read only when a run starts, so the tool sees the same ``ctx.principal`` on whichever
+    #: worker runs it; ``None`` for a static token.
+    grant: str | None = None
 
     @property
     def expires_at_ms(self) -> int | None:
@@ -105,8 +106,9 @@ def stored_bytes(record: TaskRecord) -> int:
         record.state,
         record.result,
         record.error,
-        record.grant,
     )
+    if record.grant is not None:
+        size += len(record.grant.encode())
     return size + sum(len(_encoder.encode(part)) for part in structured if part)
 
 

@@ -24,7 +24,6 @@ _JSON_FIELDS: Final = (
     "result",
     "error",
     "asked_as",
-    "grant",
 )
 _encoder: Final = msgspec.json.Encoder()
 _decoder: Final = msgspec.json.Decoder()
@@ -60,6 +59,8 @@ def _scalar_fields(record: TaskRecord) -> dict[str, str]:
         fields["sensitive"] = "1"
     if record.delivered_at_ms is not None:
         fields["delivered_at_ms"] = str(record.delivered_at_ms)
+    if record.grant is not None:  # JSON text already, kept as it is (only a starting run decodes it)
+        fields["grant"] = record.grant
     return fields
 
 
@@ -121,5 +122,5 @@ def record_from_fields(fields: Mapping[str, str]) -> TaskRecord:
         state=decoded.get("state"),
         result=decoded.get("result"),
         error=decoded.get("error"),
-        grant=decoded.get("grant"),
+        grant=fields.get("grant"),
     )

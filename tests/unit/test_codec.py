@@ -27,7 +27,7 @@ RECORD = TaskRecord(
 def test_fields_round_trip() -> None:
     assert record_from_fields(field_map(RECORD)) == RECORD
     assert "grant" not in field_map(RECORD)  # a static-token owner's task keeps no grant at all
-    oauth = dataclasses.replace(RECORD, grant={"issuer": "https://id.example.com", "scopes": ["mcp"], "claims": {}})
+    oauth = dataclasses.replace(RECORD, grant='{"issuer":"https://id.example.com","scopes":["mcp"],"claims":{}}')
     assert record_from_fields(field_map(oauth)) == oauth
 
 
