@@ -89,11 +89,14 @@ def running_oauth_fleet(
     token_format: TokenFormat = "jwt",
     env: Mapping[str, str] | None = None,
     tools: str = TOOLS,
+    access_token_ttl_s: int = ResourceSpec.access_token_ttl_s,
 ) -> Iterator[OAuthFleet]:
-    """Three servers of ``tools`` behind nginx, the resource server of ``provider`` for the nginx URL."""
+    """Three servers of ``tools`` behind nginx, the resource server of ``provider`` for the nginx URL; its
+    access tokens live ``access_token_ttl_s``."""
     port = free_port()
     resource = f"http://127.0.0.1:{port}/mcp"
-    provider.add_resource(resource, ResourceSpec(scopes=RESOURCE_SCOPES, token_format=token_format))
+    spec = ResourceSpec(scopes=RESOURCE_SCOPES, token_format=token_format, access_token_ttl_s=access_token_ttl_s)
+    provider.add_resource(resource, spec)
     settings = oauth_env(provider, resource, env)
     with running_cluster(directory, tools=tools, env=settings, balancer_port=port) as cluster:
         yield OAuthFleet(cluster, provider, resource)
