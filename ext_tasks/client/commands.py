@@ -1,4 +1,4 @@
-"""``ext-tasks call``, ``ext-tasks task get|wait|cancel`` and ``ext-tasks tools``: the client on the
+"""``ext-tasks call``, ``ext-tasks task get|wait|cancel|list`` and ``ext-tasks tools``: the client on the
 command line.
 
 ::

@@ -93,7 +93,10 @@ class Recorder:
                 await asyncio.wait([previous])  # in the order asked: an end is never overwritten by a middle
             if self._failed:
                 return
-            await asyncio.to_thread(change)
+            try:
+                await asyncio.to_thread(change)
+            except Exception as exc:  # noqa: BLE001 - the record is a convenience: never the command's failure
+                self._warnings.append(f"the task record was not updated: {exc!r}")
             if self._warnings:
                 self._failed = True
                 self._console.say(f"warning: {self._warnings[0]}")

@@ -259,7 +259,7 @@ class Records:
             return []
         try:
             document = json.loads(data)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nesting deeper than the parser goes
             self._warn(f"{path} is not JSON: ignored (it will be replaced)")
             return []
         tasks = document.get("tasks") if isinstance(document, dict) else None
@@ -299,15 +299,18 @@ def _date(value: object) -> datetime | None:
         return None
     try:
         moment = datetime.fromisoformat(text)
-    except ValueError:
+        return moment.astimezone(UTC) if moment.tzinfo is not None else None
+    except (ValueError, OverflowError):  # OverflowError: year 1 or 9999 moved out of range by its offset
         return None
-    return moment.astimezone(UTC) if moment.tzinfo is not None else None
 
 
 def _expiry(created_at: datetime, ttl_ms: object) -> datetime | None:
     if not isinstance(ttl_ms, int | float) or isinstance(ttl_ms, bool) or not 0 <= ttl_ms <= _MAX_TTL_MS:
         return None  # null (no expiry), or nothing usable
-    return created_at + timedelta(milliseconds=ttl_ms)
+    try:
+        return created_at + timedelta(milliseconds=ttl_ms)
+    except OverflowError:  # a createdAt read from the file near year 9999
+        return None
 
 
 def _message(state: Mapping[str, Any]) -> str | None:

@@ -156,13 +156,15 @@ def test_expired_and_long_ended_entries_are_pruned(records: Records, tmp_path: P
         ('{"version": 2, "tasks": []}', "not a version 1"),
         ('{"version": 1, "tasks": {}}', "not a version 1"),
         ('"tasks"', "not a version 1"),
+        ("[" * 200_000 + "]" * 200_000, "not JSON"),
+        (b"\xff\xfe{}", "not JSON"),
     ],
-    ids=["corrupt", "a-list", "other-version", "tasks-not-a-list", "a-string"],
+    ids=["corrupt", "a-list", "other-version", "tasks-not-a-list", "a-string", "too-deep", "not-utf-8"],
 )
 def test_a_corrupt_or_wrong_shaped_file_is_ignored_with_a_warning(
-    records: Records, tmp_path: Path, warnings: Warnings, content: str, says: str
+    records: Records, tmp_path: Path, warnings: Warnings, content: str | bytes, says: str
 ) -> None:
-    (tmp_path / RECORD_FILE).write_text(content)
+    (tmp_path / RECORD_FILE).write_bytes(content if isinstance(content, bytes) else content.encode())
 
     assert records.entries() == []
     assert any(says in warning for warning in warnings), warnings
@@ -185,6 +187,7 @@ def test_bad_entries_are_dropped_and_good_ones_kept(records: Records, tmp_path: 
         {**good, "statusMessage": "m" * 201},
         {**good, "createdAt": "yesterday"},
         {**good, "createdAt": "2026-12-05T09:00:00"},  # no offset
+        {**good, "createdAt": "0001-01-01T00:00:00+01:00"},  # before year 1 in UTC
         {**good, "expiresAt": 12},
         {key: value for key, value in good.items() if key != "updatedAt"},
     ]
@@ -245,17 +248,14 @@ _WRITER = textwrap.dedent("""
 
 
 def test_two_processes_writing_at_once_lose_nothing(tmp_path: Path) -> None:
-    writers = [
-        subprocess.Popen([sys.executable, "-c", _WRITER, str(tmp_path), name], cwd=REPO, stderr=subprocess.PIPE,
-                         text=True)  # fmt: skip
-        for name in ("a", "b")
-    ]
+    command = [sys.executable, "-c", _WRITER, str(tmp_path)]
+    writers = [subprocess.Popen([*command, name], cwd=REPO, stderr=subprocess.PIPE, text=True) for name in "ab"]
     for writer in writers:
         _, err = writer.communicate(timeout=TIMEOUT_S)
         assert writer.returncode == 0, err
 
     ids = {entry.task_id for entry in Records(tmp_path).entries()}
-    assert ids == {f"{name}-{n}" for name in ("a", "b") for n in range(50)}
+    assert ids == {f"{name}-{n}" for name in "ab" for n in range(50)}
 
 
 def test_a_held_lock_skips_the_write_within_the_bounded_wait(tmp_path: Path, warnings: Warnings) -> None:
