@@ -10,6 +10,7 @@ asked, and the first failure (warned once) turns recording off for the rest of t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -58,7 +59,9 @@ class Recorder:
             self._console.say("this task is not recorded locally (a URL with credentials, or values too long)")
             return
         self._mark(handle.last)
-        await self._submit(lambda: self._records.add(entry))
+        # Shielded: a Ctrl-C or --timeout here must not cancel the job while its thread still writes (the
+        # next job would then start before it ended).
+        await asyncio.shield(self._submit(lambda: self._records.add(entry)))
 
     def seen(self, state: Mapping[str, Any], *, final: bool = False) -> asyncio.Future[None] | None:
         """A state of the task: written when it says something new, and (unless ``final``) not sooner
@@ -127,7 +130,10 @@ def print_list(console: Console, out: TextIO, *, server: str | None, as_json: bo
         print(safe_json([entry.to_json() for entry in entries]), file=out)
         return 0
     if not entries:
-        console.say("no tasks recorded" + (f" for {server}" if server else ""))
+        where = f" for {server}" if server else ""
+        with contextlib.suppress(OSError):  # said already, by entries()
+            where += f" (the record: {records.path()})"
+        console.say(f"no tasks recorded{where}")
         return 0
     rows = [("SERVER", "TOOL", "TASK ID", "STARTED", "STATUS", "EXPIRES"), *map(_row, entries)]
     widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
