@@ -148,12 +148,14 @@ def new_entry(server: str, tool: str, task_id: str, state: Mapping[str, Any], no
 
 
 def prune(entries: list[Entry], now: datetime) -> list[Entry]:
-    """The entries still worth keeping, newest started first, at most :data:`MAX_ENTRIES`."""
+    """The entries still worth keeping, newest started first, at most :data:`MAX_ENTRIES`. One dated in
+    the future (a file written by hand, or under a wrong clock) would escape every rule: it goes too."""
     kept = [
         entry
         for entry in entries
         if not (entry.expires_at is not None and entry.expires_at <= now)
         and not ((entry.last_status in TERMINAL or entry.expires_at is None) and now - entry.updated_at > KEEP)
+        and max(entry.created_at, entry.updated_at) <= now + _SKEW
     ]
     kept.sort(key=lambda entry: entry.created_at, reverse=True)
     return kept[:MAX_ENTRIES]

@@ -140,6 +140,7 @@ def test_expired_and_long_ended_entries_are_pruned(records: Records, tmp_path: P
         _raw("still-running", created=week_ago, expires=now + timedelta(days=30)),
         _raw("ended-recently", created=now - timedelta(days=1), status="failed", expires=now + timedelta(hours=1)),
         _raw("no-expiry-fresh", created=now - timedelta(days=1)),
+        _raw("from-the-future", created=now + timedelta(days=400), status="completed"),
     ])  # fmt: skip
 
     assert {entry.task_id for entry in records.entries()} == {"still-running", "ended-recently", "no-expiry-fresh"}
