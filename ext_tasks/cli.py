@@ -5,7 +5,7 @@
     ext-tasks serve [--host 127.0.0.1] [--port 3001] [--tools MODULE] [--valkey-url URL] [--workers N]
     ext-tasks worker --valkey-url URL [--tools MODULE]
     ext-tasks keygen
-    ext-tasks call TOOL [key=value | key:=json ...] [--url URL]   (and ``task get|wait|cancel``, ``tools``)
+    ext-tasks call TOOL [key=value | key:=json ...] [--url URL]   (and ``task get|wait|cancel|list``, ``tools``)
     ext-tasks bench --url URL WORKLOAD --tool NAME [--concurrency 1,16 | --rate 500] [--json FILE]
 
 Every server flag has an ``EXT_TASKS_*`` variable; a flag wins over its variable. The client commands

@@ -1,4 +1,4 @@
-"""``ext-tasks call``, ``ext-tasks task get|wait|cancel`` and ``ext-tasks tools``: the client on the
+"""``ext-tasks call``, ``ext-tasks task get|wait|cancel|list`` and ``ext-tasks tools``: the client on the
 command line.
 
 ::
@@ -6,6 +6,11 @@ command line.
     ext-tasks call deploy service=billing ref=v1.2 environment=production --url http://127.0.0.1:3001/mcp
     ext-tasks call report year:=2026 tags:='["a","b"]' --json
     ext-tasks task wait TASK_ID
+    ext-tasks task list
+
+``call`` keeps a local record of the tasks it starts (:mod:`.recorder`): ``task get|wait|cancel ID``
+without ``--url`` ask the server recorded for that id (an id not recorded is a usage error: no server is
+guessed), and ``task list`` shows the record.
 
 Arguments follow httpie: ``key=value`` is a string, ``key:=json`` any JSON value. Exit status: 0 for a
 completed result, 1 for an ``isError`` result or a task that ended ``failed`` or ``cancelled``, 2 for a
@@ -27,6 +32,7 @@ from typing import Any, Final, TextIO
 from .client import Client
 from .console import Console
 from .errors import ClientError, DeadlineExceeded, TaskCancelled, TaskFailed
+from .recorder import NotRecorded, Recorder, print_list, server_of
 from .safe_text import safe_json, safe_text
 from .tasks import TaskHandle, within
 
@@ -50,17 +56,22 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     call.add_argument("items", nargs="*", metavar="key=value|key:=json", help="the tool's arguments")
     _connection_flags(call)
     _timeout_flag(call)
-    task = commands.add_parser("task", help="follow a task: get, wait or cancel")
-    task.add_argument("action", choices=("get", "wait", "cancel"))
-    task.add_argument("task_id", help="the task's id")
-    _connection_flags(task)
+    task = commands.add_parser("task", help="follow a task (get, wait or cancel), or list the tasks started here")
+    task.add_argument("action", choices=("get", "wait", "cancel", "list"))
+    task.add_argument("task_id", nargs="?", help="the task's id (not for list)")
+    _connection_flags(
+        task, url_help="the server's MCP endpoint (default: the one recorded for the task; for list, a filter)"
+    )
     _timeout_flag(task)
     tools = commands.add_parser("tools", help="list a server's tools")
     _connection_flags(tools)
 
 
-def _connection_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--url", default=DEFAULT_URL, help=f"the server's MCP endpoint (default {DEFAULT_URL})")
+def _connection_flags(parser: argparse.ArgumentParser, *, url_help: str | None = None) -> None:
+    if url_help is None:
+        parser.add_argument("--url", default=DEFAULT_URL, help=f"the server's MCP endpoint (default {DEFAULT_URL})")
+    else:  # no default: None says "look the task up in the record"
+        parser.add_argument("--url", help=url_help)
     parser.add_argument("--token", help="bearer token sent as Authorization")
     parser.add_argument("--json", action="store_true", help="print the result as JSON and nothing else on stdout")
     parser.add_argument("--no-input", action="store_true", help="never ask questions (no elicitation declared)")
@@ -111,14 +122,24 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextI
     out, err = stdout or sys.stdout, stderr or sys.stderr
     console = Console(err, interactive=not args.json and err.isatty(), ask=not args.no_input and sys.stdin.isatty())
     try:
+        if args.command == "task":
+            if args.action == "list":
+                return print_list(console, out, server=args.url, as_json=args.json)
+            if args.task_id is None:
+                raise UsageError(f"task {args.action} needs a TASK_ID")
+            if args.url is None:
+                args.url = server_of(args.task_id, console)
         return asyncio.run(_run(args, console, out))
-    except UsageError as exc:
+    except (UsageError, NotRecorded) as exc:
         print(f"ext-tasks {args.command}: {exc}", file=err)
         return EXIT_USAGE
 
 
 async def _run(args: argparse.Namespace, console: Console, out: TextIO) -> int:
     arguments = parse_items(args.items) if args.command == "call" else {}
+    recorder = Recorder(console, args.url, args.tool if args.command == "call" else None)
+    if args.command == "task":
+        recorder.picked_up(args.task_id)
     async with Client(
         args.url,
         token=args.token,
@@ -130,7 +151,9 @@ async def _run(args: argparse.Namespace, console: Console, out: TextIO) -> int:
                 return _print_tools(await client.list_tools(), out, as_json=args.json)
             if args.command == "task" and args.action == "get":
                 async with within(args.timeout, args.task_id):
-                    _print_json(await client.task(args.task_id).status(), out)
+                    state = await client.task(args.task_id).status()
+                recorder.seen(state, final=True)
+                _print_json(state, out)
                 return EXIT_OK
             if args.command == "task" and args.action == "cancel":
                 async with within(args.timeout, args.task_id):
@@ -138,8 +161,8 @@ async def _run(args: argparse.Namespace, console: Console, out: TextIO) -> int:
                 console.say(f"cancellation of {args.task_id} requested")
                 return EXIT_OK
             if args.command == "task":
-                return await _follow(console, out, args, lambda: _started(client.task(args.task_id)))
-            return await _follow(console, out, args, lambda: client.start_tool(args.tool, arguments))
+                return await _follow(console, out, args, recorder, lambda: _started(client.task(args.task_id)))
+            return await _follow(console, out, args, recorder, lambda: client.start_tool(args.tool, arguments))
         except TaskFailed as exc:
             console.say(f"task {exc.task_id} failed: {exc.message} (JSON-RPC {exc.code})")
             return EXIT_TOOL_ERROR
@@ -155,6 +178,8 @@ async def _run(args: argparse.Namespace, console: Console, out: TextIO) -> int:
         except ClientError as exc:
             console.say(f"error: {exc}")
             return EXIT_USAGE
+        finally:
+            await recorder.close()
 
 
 async def _started(handle: TaskHandle) -> TaskHandle:
@@ -162,7 +187,11 @@ async def _started(handle: TaskHandle) -> TaskHandle:
 
 
 async def _follow(
-    console: Console, out: TextIO, args: argparse.Namespace, start: Callable[[], Awaitable[TaskHandle]]
+    console: Console,
+    out: TextIO,
+    args: argparse.Namespace,
+    recorder: Recorder,
+    start: Callable[[], Awaitable[TaskHandle]],
 ) -> int:
     """Start (or pick up) the call, show its task while it runs, print the result (Ctrl-C: see
     :class:`_Interrupts`)."""
@@ -175,14 +204,17 @@ async def _follow(
         async with within(args.timeout) as deadline:  # DeadlineExceeded, not CancelledError: not a Ctrl-C
             interrupts.handle = await start()
             deadline.task_id = interrupts.handle.task_id
+            await recorder.begin(interrupts.handle)
             if interrupts.handle.task_id is not None:
                 console.started(interrupts.handle.task_id)
-            result = await _wait_showing(console, interrupts.handle)
+            result = await _wait_showing(console, interrupts.handle, recorder)
     except asyncio.CancelledError:
         return interrupts.stopped(out)
     finally:
         loop.remove_signal_handler(signal.SIGINT)
         console.done()
+        if interrupts.handle is not None:
+            recorder.seen(interrupts.handle.last, final=True)
         await interrupts.settle()
     if args.json:
         _print_json(result, out)
@@ -256,20 +288,22 @@ class _Interrupts:
             await asyncio.wait(self._jobs, timeout=5)
 
 
-async def _wait_showing(console: Console, handle: TaskHandle) -> dict[str, Any]:
+async def _wait_showing(console: Console, handle: TaskHandle, recorder: Recorder) -> dict[str, Any]:
     if handle.task_id is None:
         return await handle.wait()
-    watcher = asyncio.ensure_future(_show(console, handle))
+    watcher = asyncio.ensure_future(_show(console, handle, recorder))
     try:
         return await handle.wait()
     finally:
         watcher.cancel()
 
 
-async def _show(console: Console, handle: TaskHandle) -> None:
-    """Refresh the status line from the handle's latest state (the elapsed time ticks on its own)."""
+async def _show(console: Console, handle: TaskHandle, recorder: Recorder) -> None:
+    """Refresh the status line from the handle's latest state (the elapsed time ticks on its own), and
+    the task's entry in the record (a few times a minute at most)."""
     while True:
         console.status(handle.last)
+        recorder.seen(handle.last)
         await asyncio.sleep(0.1)
 
 
