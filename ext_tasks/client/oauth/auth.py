@@ -110,7 +110,6 @@ class OAuth(httpx.Auth):
 
     def sync_auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
         raise RuntimeError("OAuth authorizes httpx.AsyncClient requests only")
-        yield request  # pragma: no cover  (makes this a generator, as httpx expects)
 
     async def async_auth_flow(self, request: httpx.Request) -> AsyncGenerator[httpx.Request, httpx.Response]:
         if origin(request.url) != origin(httpx.URL(self.server_url)):
@@ -145,8 +144,8 @@ class OAuth(httpx.Auth):
             "MCP-Protocol-Version": MODERN_VERSIONS[0],
             "Mcp-Method": "server/discover",
         }
-        try:
-            response = await (http or self._http).post(self.server_url, json=probe, headers=headers, auth=None)
+        try:  # httpx.Auth(): the probe goes without credentials, whatever auth ``http`` carries
+            response = await (http or self._http).post(self.server_url, json=probe, headers=headers, auth=httpx.Auth())
         except httpx.HTTPError:
             challenge = Challenge()  # discovery through the well-known URIs may still work
         else:

@@ -27,7 +27,7 @@ from typing import Any, Final, Protocol, runtime_checkable
 
 from ..state_dir import read_private, state_dir, write_private
 
-ENV_TOKEN_STORE: Final = "EXT_TASKS_TOKEN_STORE"
+ENV_TOKEN_STORE: Final = "EXT_TASKS_TOKEN_STORE"  # noqa: S105 (a variable's name, not a secret)
 KEYRING_SERVICE: Final = "ext-tasks"
 #: An entry is a few tokens and a registration; a file larger than this is not one of ours.
 MAX_ENTRY_BYTES: Final = 64 * 1024

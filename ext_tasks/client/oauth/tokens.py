@@ -16,6 +16,7 @@ from typing import Any, Final
 
 import httpx
 from authlib.common.security import generate_token
+from authlib.integrations.base_client import OAuthError
 from authlib.integrations.httpx_client import AsyncOAuth2Client
 from authlib.oauth2.rfc7523 import PrivateKeyJWT
 from joserfc.jwk import ECKey, RSAKey
@@ -148,7 +149,8 @@ class TokenEndpoint:
         assert tokens.refresh_token is not None
         async with self._client() as client:
             token = await _call(
-                self.server, client.refresh_token(self._token_url, refresh_token=tokens.refresh_token, resource=resource)
+                self.server,
+                client.refresh_token(self._token_url, refresh_token=tokens.refresh_token, resource=resource),
             )
         refreshed = _tokens(token, tokens.scope)
         # RFC 6749 §6: without a new refresh token, the old one stays valid.
@@ -187,7 +189,7 @@ async def _call(server: AuthServer, pending: Any) -> Any:
         raise
     except httpx.HTTPError as exc:
         raise AuthorizationError(f"{server.issuer}: token endpoint: {type(exc).__name__}") from exc
-    except Exception as exc:  # authlib's OAuthError, or a body that is not a token response
+    except (OAuthError, ValueError, KeyError, TypeError) as exc:  # an OAuth error, or not a token response
         error = getattr(exc, "error", None) or type(exc).__name__
         description = getattr(exc, "description", None)
         raise AuthorizationError(
