@@ -10,6 +10,7 @@ authlib uses by default.
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -17,9 +18,14 @@ from typing import Any, Final
 import httpx
 from authlib.common.security import generate_token
 from authlib.integrations.base_client import OAuthError
-from authlib.integrations.httpx_client import AsyncOAuth2Client
 from authlib.oauth2.rfc7523 import PrivateKeyJWT
 from joserfc.jwk import ECKey, RSAKey
+
+with warnings.catch_warnings():
+    # authlib 1.9 prefers the httpx2 fork and warns when it runs on httpx; httpx is what this client (and
+    # the transport handed to authlib) is built on, so the warning would only confuse users.
+    warnings.filterwarnings("ignore", message="The httpx module is deprecated")
+    from authlib.integrations.httpx_client import AsyncOAuth2Client
 
 from .discovery import AuthServer
 from .errors import AuthorizationError
