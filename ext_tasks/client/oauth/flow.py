@@ -327,7 +327,14 @@ class Flow:
                         endpoint = self._endpoint(server, self._known_registration(server))
                         if tokens.refresh_token:
                             await endpoint.revoke(tokens.refresh_token, "refresh_token")
-                        await endpoint.revoke(tokens.access_token, "access_token")
+                            revoked = True
+                        try:
+                            await endpoint.revoke(tokens.access_token, "access_token")
+                        except AuthorizationError:
+                            # A JWT access token may not be revocable (unsupported_token_type): it expires
+                            # soon, and the refresh token that could renew it is what had to go.
+                            if not revoked:
+                                raise
                         revoked = True
                 except AuthorizationError as exc:
                     log.warning("%s: revoking the tokens failed (%s); forgetting them anyway", self.server_url, exc)
