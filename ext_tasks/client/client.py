@@ -60,6 +60,7 @@ class Client:
         on_notification: Notify | None = None,
         http: httpx.AsyncClient | None = None,
         max_response_bytes: int = answers.DEFAULT_LIMIT,
+        auth: httpx.Auth | None = None,
     ) -> None:
         """``token``: sent as ``Authorization: Bearer``. ``elicitation``, ``sampling``, ``roots``: answer
         the server's input requests (and declare those capabilities); ``elicitation_modes``: the modes the
@@ -70,11 +71,15 @@ class Client:
         and log notifications sent while a request runs. ``http``: an httpx client to share (not closed
         here). ``max_response_bytes``: the largest answer read, a JSON body or one event of a stream
         (16 MiB by default); a larger one raises :class:`ResponseTooLarge`. A whole call is bounded by
-        the ``deadline_s`` of :meth:`call_tool` and :meth:`TaskHandle.wait`."""
+        the ``deadline_s`` of :meth:`call_tool` and :meth:`TaskHandle.wait`. ``auth``: an ``httpx.Auth``
+        for every request, such as :class:`ext_tasks.client.oauth.OAuth` (OAuth 2.1: discovery, login,
+        refresh, step-up); given to the httpx client built here (with ``http=``, set it there instead)."""
         self.inputs = InputHandlers(elicitation, sampling, roots, tasks, frozenset(elicitation_modes))
         self.listen = listen
         self._own_http = http is None
-        self._http = http or httpx.AsyncClient(timeout=httpx.Timeout(timeout_s))
+        if http is not None and auth is not None:
+            raise ValueError("auth= applies to the httpx client built here: with http=, give it auth= itself")
+        self._http = http or httpx.AsyncClient(timeout=httpx.Timeout(timeout_s), auth=auth)
         extra = dict(headers or {})
         if token is not None:
             extra["Authorization"] = f"Bearer {token}"

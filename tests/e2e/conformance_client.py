@@ -3,7 +3,13 @@
 The referee (``conformance client --command "python tests/e2e/conformance_client.py"``) starts one mock
 server per scenario and runs this script with the server's URL as the last argument and the scenario's
 name in ``MCP_CONFORMANCE_SCENARIO``. Each scenario gets what a real caller would do with the client:
-list, call, answer. The ``auth/*`` scenarios are not run: the client has no OAuth.
+list, call, answer.
+
+The ``auth/*`` scenarios run the client with :class:`ext_tasks.client.oauth.OAuth`; the adapter plays the
+person's browser: it GETs the authorization URL without following the redirect, then GETs the
+``Location`` (the client's loopback listener). ``MCP_CONFORMANCE_CONTEXT`` carries pre-registered
+credentials (``client_id``, ``client_secret``) or, for client credentials with a JWT assertion,
+``private_key_pem`` and ``signing_algorithm``.
 """
 
 from __future__ import annotations
@@ -15,7 +21,10 @@ import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+import httpx
+
 from ext_tasks.client import Client, ClientError
+from ext_tasks.client.oauth import AuthorizationError, OAuth
 
 Scenario = Callable[[str], Coroutine[Any, Any, None]]
 SCENARIOS: dict[str, Scenario] = {}
@@ -102,6 +111,38 @@ async def schema_preservation(url: str) -> None:
         await client.call_tool("json_schema_echo", {"schema": tools["json_schema_2020_12_tool"]["inputSchema"]})
 
 
+#: The Client ID Metadata Document URL the referee's ``auth/basic-cimd`` expects (it is never fetched).
+CIMD_URL = "https://conformance-test.local/client-metadata.json"
+
+
+async def _play_browser(url: str) -> None:
+    async with httpx.AsyncClient(follow_redirects=False, timeout=10) as http:
+        answer = await http.get(url)
+        location = answer.headers.get("location")
+        if location:
+            await http.get(location)
+
+
+async def authorized(url: str) -> None:
+    """Every ``auth/*`` scenario: list the tools and call one, authorizing as the server asks."""
+    context = json.loads(os.environ.get("MCP_CONFORMANCE_CONTEXT") or "{}")
+    name = os.environ.get("MCP_CONFORMANCE_SCENARIO", "")
+    oauth = OAuth(
+        url,
+        client_id=context.get("client_id"),
+        client_secret=context.get("client_secret"),
+        private_key=context.get("private_key_pem"),
+        signing_alg=context.get("signing_algorithm") or "RS256",
+        client_credentials=name.startswith("auth/client-credentials"),
+        client_metadata_url=CIMD_URL,
+        open_url=_play_browser,
+        callback_timeout_s=10,
+    )
+    async with oauth, Client(url, auth=oauth) as client:
+        await client.list_tools()
+        await client.call_tool("test-tool", {})
+
+
 def _stub_arguments(schema: dict[str, Any]) -> dict[str, Any]:
     stubs = {"string": "x", "integer": 1, "number": 1, "boolean": True}
     properties = schema.get("properties") or {}
@@ -110,11 +151,15 @@ def _stub_arguments(schema: dict[str, Any]) -> dict[str, Any]:
 
 def main() -> int:
     name = os.environ.get("MCP_CONFORMANCE_SCENARIO", "")
-    run = SCENARIOS.get(name)
+    run = authorized if name.startswith("auth/") else SCENARIOS.get(name)
     if run is None:
-        print(f"scenario {name!r} is not run with this client (no OAuth)", file=sys.stderr)
+        print(f"scenario {name!r} is not run with this client", file=sys.stderr)
         return 1
-    asyncio.run(run(sys.argv[-1]))
+    try:
+        asyncio.run(run(sys.argv[-1]))
+    except AuthorizationError as refused:  # what the referee's negative scenarios expect
+        print(f"{name}: {type(refused).__name__}: {refused}", file=sys.stderr)
+        return 1
     return 0
 
 
