@@ -6,10 +6,13 @@
     ext-tasks worker --valkey-url URL [--tools MODULE]
     ext-tasks keygen
     ext-tasks call TOOL [key=value | key:=json ...] [--url URL]   (and ``task get|wait|cancel|list``, ``tools``)
+    ext-tasks login URL | ext-tasks logout URL
     ext-tasks bench --url URL WORKLOAD --tool NAME [--concurrency 1,16 | --rate 500] [--json FILE]
 
 Every server flag has an ``EXT_TASKS_*`` variable; a flag wins over its variable. The client commands
-(``ext_tasks.client.commands``) take only flags.
+(``ext_tasks.client.commands``) take flags, but for what a flag should not carry or a person should not
+repeat: the OAuth client's id and secret (``ext_tasks.client.sign_in``), where state is kept and how a
+browser is opened.
 """
 
 from __future__ import annotations
@@ -81,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "keygen":
         print(generate_key())  # noqa: T201 - the command's output
         return 0
-    if args.command in ("call", "task", "tools"):
+    if args.command in ("call", "task", "tools", "login", "logout"):
         from .client import commands as client_commands
 
         return client_commands.run(args)

@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final, TextIO
 
+from . import sign_in
 from .client import Client
 from .console import Console
 from .errors import ClientError, DeadlineExceeded, TaskCancelled, TaskFailed
@@ -65,6 +67,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     _timeout_flag(task)
     tools = commands.add_parser("tools", help="list a server's tools")
     _connection_flags(tools)
+    sign_in.add_commands(commands)
 
 
 def _connection_flags(parser: argparse.ArgumentParser, *, url_help: str | None = None) -> None:
@@ -75,6 +78,7 @@ def _connection_flags(parser: argparse.ArgumentParser, *, url_help: str | None =
     parser.add_argument("--token", help="bearer token sent as Authorization")
     parser.add_argument("--json", action="store_true", help="print the result as JSON and nothing else on stdout")
     parser.add_argument("--no-input", action="store_true", help="never ask questions (no elicitation declared)")
+    sign_in.add_auth_flags(parser)
 
 
 def _timeout_flag(parser: argparse.ArgumentParser) -> None:
@@ -120,6 +124,8 @@ def parse_items(items: Sequence[str]) -> dict[str, Any]:
 def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
     """Run one client subcommand; its exit status."""
     out, err = stdout or sys.stdout, stderr or sys.stderr
+    if args.command in ("login", "logout"):
+        return _sign_in(args, err)
     console = Console(err, interactive=not args.json and err.isatty(), ask=not args.no_input and sys.stdin.isatty())
     try:
         if args.command == "task":
@@ -130,7 +136,16 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextI
             if args.url is None:
                 args.url = server_of(args.task_id, console)
         return asyncio.run(_run(args, console, out))
-    except (UsageError, NotRecorded) as exc:
+    except (UsageError, NotRecorded, sign_in.LoginUsageError) as exc:
+        print(f"ext-tasks {args.command}: {exc}", file=err)
+        return EXIT_USAGE
+
+
+def _sign_in(args: argparse.Namespace, err: TextIO) -> int:
+    command = sign_in.login if args.command == "login" else sign_in.logout
+    try:
+        return asyncio.run(command(args, err))
+    except ClientError as exc:  # usage errors included
         print(f"ext-tasks {args.command}: {exc}", file=err)
         return EXIT_USAGE
 
@@ -140,12 +155,21 @@ async def _run(args: argparse.Namespace, console: Console, out: TextIO) -> int:
     recorder = Recorder(console, args.url, args.tool if args.command == "call" else None)
     if args.command == "task":
         recorder.picked_up(args.task_id)
-    async with Client(
-        args.url,
-        token=args.token,
-        elicitation=console.elicit if console.ask else None,
-        elicitation_modes=console.elicitation_modes,
-    ) as client:
+    # A login may need a person: only when one is there to open the browser and come back.
+    interactive = sys.stdin.isatty() and console.stream.isatty()
+    async with contextlib.AsyncExitStack() as stack:
+        oauth = sign_in.oauth_for(args, args.url, interactive=interactive)
+        if oauth is not None:
+            await stack.enter_async_context(oauth)
+        client = await stack.enter_async_context(
+            Client(
+                args.url,
+                token=args.token,
+                auth=oauth,
+                elicitation=console.elicit if console.ask else None,
+                elicitation_modes=console.elicitation_modes,
+            )
+        )
         try:
             if args.command == "tools":
                 return _print_tools(await client.list_tools(), out, as_json=args.json)

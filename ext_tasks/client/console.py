@@ -36,6 +36,8 @@ class Console:
 
     def __init__(self, stream: TextIO, *, interactive: bool, ask: bool) -> None:
         self.interactive = interactive
+        #: Where everything but the result goes (stderr).
+        self.stream = stream
         #: Whether questions may be asked (a terminal on stdin, and no ``--no-input``).
         self.ask = ask
         # No markup, emoji codes or highlighting in plain strings either: server text is given as Text.
