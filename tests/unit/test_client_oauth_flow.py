@@ -246,3 +246,33 @@ async def test_no_token_or_secret_in_reprs_logs_or_errors(caplog: pytest.LogCapt
     secrets_held: list[str] = ["pre-secret", entry["tokens"]["access_token"], entry["tokens"]["refresh_token"]]
     shown = [repr(oauth), repr(store), str(raised.value), caplog.text]
     assert [[secret for secret in secrets_held if secret in text] for text in shown] == [[], [], [], []]
+
+
+async def test_dpop_binds_the_tokens_and_proves_each_request_with_the_servers_nonces() -> None:
+    world = World(dpop=True, as_nonce="as-nonce", rs_nonce="rs-nonce", expires_in=30)
+    async with _client(world, _oauth(world)) as client:
+        await _call(client)
+    token_proofs = [claims for where, claims in world.proofs if where == "token"]
+    mcp_proofs = [claims for where, claims in world.proofs if where == "mcp"]
+    # The code exchange first without the nonce, then with it; the refresh with the nonce it kept.
+    assert [claims.get("nonce") for claims in token_proofs] == [None, "as-nonce", "as-nonce"]
+    assert {(claims["htm"], claims["htu"]) for claims in token_proofs} == {("POST", f"{ISSUER}/token")}
+    assert [form["grant_type"] for form, _ in world.token_requests] == [
+        "authorization_code",
+        "authorization_code",
+        "refresh_token",
+    ]
+    assert mcp_proofs[0].get("nonce") is None and all(claims["nonce"] == "rs-nonce" for claims in mcp_proofs[1:])
+    jtis = [claims["jti"] for _, claims in world.proofs]
+    assert len(set(jtis)) == len(jtis)  # a fresh proof every time
+    served = [
+        r for r in world.requests if str(r.url) == MCP_URL and r.headers.get("authorization", "").startswith("DPoP ")
+    ]
+    assert len(served) >= 3
+
+
+async def test_without_dpop_at_the_server_tokens_stay_bearer() -> None:
+    world = World()
+    async with _client(world, _oauth(world)) as client:
+        await client.request("tools/list")
+    assert world.proofs == [] and world.dpop_tokens == set()
