@@ -87,19 +87,19 @@ class OAuth(httpx.Auth):
         self.store = store if store is not None else MemoryStore()
         self._http = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s), follow_redirects=False, transport=transport)
         settings = Settings(
-            client_id,
-            client_secret,
-            private_key,
-            signing_alg,
-            client_metadata_url,
-            client_credentials,
-            dpop,
-            client_name,
-            redirect_port,
-            interactive,
-            open_url or open_in_browser,
-            refresh_margin_s,
-            callback_timeout_s,
+            client_id=client_id,
+            client_secret=client_secret,
+            private_key=private_key,
+            signing_alg=signing_alg,
+            client_metadata_url=client_metadata_url,
+            client_credentials=client_credentials,
+            dpop=dpop,
+            client_name=client_name,
+            redirect_port=redirect_port,
+            interactive=interactive,
+            open_url=open_url or open_in_browser,
+            refresh_margin_s=refresh_margin_s,
+            callback_timeout_s=callback_timeout_s,
         )
         self._flow = Flow(self.server_url, settings, self.store, self._http, transport)
         #: The MCP server's last ``DPoP-Nonce`` (RFC 9449 §9).

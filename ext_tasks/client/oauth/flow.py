@@ -196,7 +196,10 @@ class Flow:
 
     async def _discover(self, challenge: Challenge) -> _Context:
         resource = await find_resource(self.http, self.server_url, challenge)
-        issuer = resource.authorization_servers[0]
+        # The issuer in use while the server still lists it (its registration and tokens stay good), else
+        # the first one listed (RFC 9728 §7.6 leaves the choice to the client).
+        listed = resource.authorization_servers
+        issuer = self.issuer if self.issuer in listed else listed[0]
         server = await find_auth_server(self.http, issuer)
         if issuer != self.issuer:
             log.info("%s: authorization server %s", self.server_url, issuer)
