@@ -51,6 +51,8 @@ class World:
     metadata_issuer: str = ISSUER
     #: DPoP (RFC 9449): advertised with ES256, tokens bound when the token request carries a proof.
     dpop: bool = False
+    #: The MCP server's challenge scheme (default: ``DPoP`` when ``dpop``, else ``Bearer``).
+    rs_scheme: str | None = None
     #: The nonce the token endpoint (``as_nonce``) and the MCP server (``rs_nonce``) insist on.
     as_nonce: str | None = None
     rs_nonce: str | None = None
@@ -157,7 +159,8 @@ class World:
                 return httpx.Response(401, headers={"WWW-Authenticate": nonce_challenge, "DPoP-Nonce": self.rs_nonce})
         if granted is None or granted[1] < time.time():
             scope = f', scope="{self.challenge_scope}"' if self.challenge_scope else ""
-            challenge = f'Bearer resource_metadata="{PRM_URL}"{scope}'
+            scheme = self.rs_scheme or ("DPoP" if self.dpop else "Bearer")
+            challenge = f'{scheme} resource_metadata="{PRM_URL}"{scope}'
             return httpx.Response(401, headers={"WWW-Authenticate": challenge})
         if self.always_403 or (method == "tools/call" and self.call_scope not in granted[0]):
             challenge = f'Bearer error="insufficient_scope", scope="{self.call_scope}", resource_metadata="{PRM_URL}"'

@@ -271,8 +271,18 @@ async def test_dpop_binds_the_tokens_and_proves_each_request_with_the_servers_no
     assert len(served) >= 3
 
 
-async def test_without_dpop_at_the_server_tokens_stay_bearer() -> None:
-    world = World()
+@pytest.mark.parametrize("world", [World(), World(dpop=True, rs_scheme="Bearer")], ids=["no-dpop", "bearer-only-mcp"])
+async def test_without_dpop_on_both_sides_tokens_stay_bearer(world: World) -> None:
     async with _client(world, _oauth(world)) as client:
         await client.request("tools/list")
     assert world.proofs == [] and world.dpop_tokens == set()
+
+
+async def test_a_new_login_after_expiry_keeps_the_scopes_held() -> None:
+    world, store = World(call_scope="mcp:write", issue_refresh=False), MemoryStore()
+    async with _client(world, _oauth(world, store)) as client:
+        await _call(client)  # logged in for mcp:read, stepped up to mcp:write
+    world.tokens.clear()
+    async with _client(world, _oauth(world, store)) as client:
+        await client.request("tools/list")
+    assert world.authorizations[-1]["scope"] == "mcp:read offline_access mcp:write"

@@ -55,6 +55,10 @@ class Settings:
 class _Context:
     resource: ProtectedResource
     server: AuthServer
+    #: Both sides take DPoP with our algorithm: the authorization server binds tokens, and the MCP server
+    #: challenged with the DPoP scheme or lists DPoP in its metadata (a server that only knows Bearer
+    #: would refuse a bound token).
+    dpop: bool = False
 
 
 def merge_scopes(*scopes: str | None) -> str | None:
@@ -183,6 +187,8 @@ class Flow:
                         return await self._renew(context)
                     except AuthorizationError as exc:
                         log.info("%s: renewing the token failed (%s)", self.server_url, exc)
+                # Authorizing again: keep what was granted before along with what the server asks now.
+                scope = merge_scopes(tokens.scope, scope)
             return await self._obtain(context, scope)
 
     async def step_up(self, challenge: Challenge) -> Tokens:
@@ -204,13 +210,19 @@ class Flow:
         if issuer != self.issuer:
             log.info("%s: authorization server %s", self.server_url, issuer)
             await self.load(issuer)
-        self.context = _Context(resource, server)
+        resource_takes_dpop = "dpop" in challenge.schemes or resource.dpop_required or supported_by(resource.dpop_algs)
+        dpop = (
+            self.settings.dpop
+            and resource_takes_dpop
+            and supported_by(server.listed("dpop_signing_alg_values_supported"))
+        )
+        self.context = _Context(resource, server, dpop)
         return self.context
 
     async def _renew(self, context: _Context) -> Tokens:
         tokens = self.tokens
         assert tokens is not None
-        endpoint = self._endpoint(context.server, self._known_registration(context.server))
+        endpoint = self._endpoint(context.server, self._known_registration(context.server), dpop=context.dpop)
         if tokens.refresh_token:
             self.tokens = await endpoint.refresh(tokens, context.resource.resource)
         elif self.settings.client_credentials:
@@ -222,7 +234,7 @@ class Flow:
 
     async def _obtain(self, context: _Context, scope: str | None) -> Tokens:
         if self.settings.client_credentials:
-            endpoint = self._endpoint(context.server, self._known_registration(context.server))
+            endpoint = self._endpoint(context.server, self._known_registration(context.server), dpop=context.dpop)
             self.tokens = await endpoint.client_credentials(context.resource.resource, scope)
         elif not self.settings.interactive:
             raise LoginRequired(self.server_url)
@@ -252,21 +264,19 @@ class Flow:
             return self.registration
         return None
 
-    def _endpoint(self, server: AuthServer, registration: Registration) -> TokenEndpoint:
+    def _endpoint(self, server: AuthServer, registration: Registration, *, dpop: bool = False) -> TokenEndpoint:
         return TokenEndpoint(
             server,
             registration,
             private_key=self.settings.private_key,
             signing_alg=self.settings.signing_alg,
             transport=self.transport,
-            dpop=self._dpop_key_for(server),
+            dpop=self._dpop_key() if dpop else None,
             nonces=self.token_nonces,
         )
 
-    def _dpop_key_for(self, server: AuthServer) -> DpopKey | None:
-        """The grant's DPoP key when the server binds tokens to one with our algorithm (made on first use)."""
-        if not self.settings.dpop or not supported_by(server.listed("dpop_signing_alg_values_supported")):
-            return None
+    def _dpop_key(self) -> DpopKey:
+        """The grant's DPoP key (made on first use, then kept with its tokens)."""
         if self.dpop_key is None:
             self.dpop_key = DpopKey()
         return self.dpop_key
@@ -290,7 +300,7 @@ class Flow:
                 )
                 self.registration = registration
                 await self.save()
-            endpoint = self._endpoint(server, registration)
+            endpoint = self._endpoint(server, registration, dpop=context.dpop)
             request = endpoint.authorization_request(listener.redirect_uri, context.resource.resource, scope)
             listener.expect(request.state)
             await call_open_url(self.settings.open_url, request.url)

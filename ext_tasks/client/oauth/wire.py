@@ -35,6 +35,9 @@ class Challenge:
     scope: str | None = None
     error: str | None = None
     params: Mapping[str, str] = field(default_factory=dict)
+    #: The schemes challenged, lowercase (``bearer``, ``dpop``): a ``dpop`` one means the server takes
+    #: DPoP-bound tokens.
+    schemes: frozenset[str] = frozenset()
 
     @property
     def insufficient_scope(self) -> bool:
@@ -49,7 +52,9 @@ def parse_challenge(response: httpx.Response) -> Challenge:
         for scheme, params in _challenges(value):
             found.setdefault(scheme, params)
     params = {**found.get("dpop", {}), **found.get("bearer", {})}
-    return Challenge(params.get("resource_metadata"), params.get("scope"), params.get("error"), params)
+    return Challenge(
+        params.get("resource_metadata"), params.get("scope"), params.get("error"), params, frozenset(found)
+    )
 
 
 def _challenges(value: str) -> list[tuple[str, dict[str, str]]]:
