@@ -5,7 +5,7 @@ The referee starts a mock server per scenario and runs the adapter against it; e
 (no FAILURE, no WARNING). ``--suite all`` also runs the ``auth/*`` scenarios; their results sit one
 directory deeper (``auth/<name>-<time>/checks.json``) and are counted by the authorization test, which
 runs ``--suite auth`` and, a few at a time, the 2026-07-28 authorization scenarios outside that suite and
-the two client credentials extension scenarios. The mock servers listen on loopback only:
+the extension scenarios for client credentials and DPoP. The mock servers listen on loopback only:
 ``tests/support/bindlocal.cjs`` is preloaded into Node for that.
 """
 
@@ -53,9 +53,9 @@ AUTH_2026 = (
     "iss-supported", "iss-not-advertised", "iss-supported-missing", "iss-wrong-issuer", "iss-unexpected",
     "iss-normalized", "metadata-issuer-mismatch",
 )  # fmt: skip
-#: Extension scenarios (``io.modelcontextprotocol/oauth-client-credentials``): not on the spec's timeline,
-#: so the referee runs them at 2026-07-28 only with ``--force``.
-AUTH_EXTENSIONS = ("client-credentials-basic", "client-credentials-jwt")
+#: Extension scenarios (``io.modelcontextprotocol/oauth-client-credentials``, ``.../auth/dpop``): not on
+#: the spec's timeline, so the referee runs them at 2026-07-28 only with ``--force``.
+AUTH_EXTENSIONS = ("client-credentials-basic", "client-credentials-jwt", "dpop", "dpop-nonce")
 TIMEOUT_S = 300
 #: Single scenarios run this many at a time (each starts its own mock servers and adapter).
 PARALLEL = 6

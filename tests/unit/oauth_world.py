@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import httpx
+import jwt
 
 MCP_URL = "https://mcp.example/mcp"
 PRM_URL = "https://mcp.example/.well-known/oauth-protected-resource/mcp"
@@ -48,6 +49,16 @@ class World:
     revocation: bool = True
     prm_resource: str = MCP_URL
     metadata_issuer: str = ISSUER
+    #: DPoP (RFC 9449): advertised with ES256, tokens bound when the token request carries a proof.
+    dpop: bool = False
+    #: The MCP server's challenge scheme (default: ``DPoP`` when ``dpop``, else ``Bearer``).
+    rs_scheme: str | None = None
+    #: The nonce the token endpoint (``as_nonce``) and the MCP server (``rs_nonce``) insist on.
+    as_nonce: str | None = None
+    rs_nonce: str | None = None
+    #: Every verified DPoP proof's claims, with where it was presented ("token" or "mcp").
+    proofs: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    dpop_tokens: set[str] = field(default_factory=set)
     requests: list[httpx.Request] = field(default_factory=list)
     authorizations: list[dict[str, str]] = field(default_factory=list)
     token_requests: list[tuple[dict[str, str], str | None]] = field(default_factory=list)
@@ -116,15 +127,40 @@ class World:
             metadata["scopes_supported"] = self.as_scopes
         if self.revocation:
             metadata["revocation_endpoint"] = f"{ISSUER}/revoke"
+        if self.dpop:
+            metadata["dpop_signing_alg_values_supported"] = ["ES256"]
         return metadata
+
+    def _proof(self, request: httpx.Request, where: str) -> dict[str, Any] | None:
+        """The request's DPoP proof claims, verified with the key it carries (None if absent or bad)."""
+        proof = request.headers.get("dpop")
+        if proof is None:
+            return None
+        header = jwt.get_unverified_header(proof)
+        if header.get("typ") != "dpop+jwt":
+            return None
+        key = jwt.PyJWK(header["jwk"]).key
+        claims: dict[str, Any] = jwt.decode(proof, key, algorithms=["ES256"])
+        self.proofs.append((where, claims))
+        return claims
 
     def _mcp(self, request: httpx.Request) -> httpx.Response:
         method = json.loads(request.content)["method"]
         header = request.headers.get("authorization", "")
-        granted = self.tokens.get(header.removeprefix("Bearer "))
+        scheme, _, token = header.partition(" ")
+        granted = self.tokens.get(token)
+        if token in self.dpop_tokens:
+            claims = self._proof(request, "mcp")
+            ath = base64.urlsafe_b64encode(hashlib.sha256(token.encode()).digest()).rstrip(b"=").decode()
+            if scheme != "DPoP" or claims is None or claims.get("ath") != ath or claims.get("htu") != MCP_URL:
+                granted = None
+            elif self.rs_nonce is not None and claims.get("nonce") != self.rs_nonce:
+                nonce_challenge = f'DPoP error="use_dpop_nonce", resource_metadata="{PRM_URL}"'
+                return httpx.Response(401, headers={"WWW-Authenticate": nonce_challenge, "DPoP-Nonce": self.rs_nonce})
         if granted is None or granted[1] < time.time():
             scope = f', scope="{self.challenge_scope}"' if self.challenge_scope else ""
-            challenge = f'Bearer resource_metadata="{PRM_URL}"{scope}'
+            scheme = self.rs_scheme or ("DPoP" if self.dpop else "Bearer")
+            challenge = f'{scheme} resource_metadata="{PRM_URL}"{scope}'
             return httpx.Response(401, headers={"WWW-Authenticate": challenge})
         if self.always_403 or (method == "tools/call" and self.call_scope not in granted[0]):
             challenge = f'Bearer error="insufficient_scope", scope="{self.call_scope}", resource_metadata="{PRM_URL}"'
@@ -136,6 +172,9 @@ class World:
         form = {name: values[0] for name, values in parse_qs(request.content.decode()).items()}
         self.token_requests.append((form, request.headers.get("authorization")))
         grant = form.get("grant_type")
+        claims = self._proof(request, "token") if self.dpop else None
+        if claims is not None and self.as_nonce is not None and claims.get("nonce") != self.as_nonce:
+            return httpx.Response(400, headers={"DPoP-Nonce": self.as_nonce}, json={"error": "use_dpop_nonce"})
         if grant == "authorization_code":
             found = self.codes.pop(form.get("code", ""), None)
             if found is None or s256(form.get("code_verifier", "")) != found[0] or form.get("redirect_uri") != found[1]:
@@ -152,7 +191,11 @@ class World:
             return httpx.Response(400, json={"error": "unsupported_grant_type"})
         access = f"at-{secrets.token_urlsafe(12)}"
         self.tokens[access] = (scopes, time.time() + self.expires_in)
-        answer: dict[str, Any] = {"access_token": access, "token_type": "Bearer", "expires_in": self.expires_in}
+        kind = "Bearer"
+        if claims is not None:
+            self.dpop_tokens.add(access)
+            kind = "DPoP"
+        answer: dict[str, Any] = {"access_token": access, "token_type": kind, "expires_in": self.expires_in}
         if self.issue_refresh and grant != "client_credentials":
             refresh = f"rt-{secrets.token_urlsafe(12)}"
             self.refresh_tokens[refresh] = scopes

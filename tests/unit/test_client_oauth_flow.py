@@ -246,3 +246,43 @@ async def test_no_token_or_secret_in_reprs_logs_or_errors(caplog: pytest.LogCapt
     secrets_held: list[str] = ["pre-secret", entry["tokens"]["access_token"], entry["tokens"]["refresh_token"]]
     shown = [repr(oauth), repr(store), str(raised.value), caplog.text]
     assert [[secret for secret in secrets_held if secret in text] for text in shown] == [[], [], [], []]
+
+
+async def test_dpop_binds_the_tokens_and_proves_each_request_with_the_servers_nonces() -> None:
+    world = World(dpop=True, as_nonce="as-nonce", rs_nonce="rs-nonce", expires_in=30)
+    async with _client(world, _oauth(world)) as client:
+        await _call(client)
+    token_proofs = [claims for where, claims in world.proofs if where == "token"]
+    mcp_proofs = [claims for where, claims in world.proofs if where == "mcp"]
+    # The code exchange first without the nonce, then with it; the refresh with the nonce it kept.
+    assert [claims.get("nonce") for claims in token_proofs] == [None, "as-nonce", "as-nonce"]
+    assert {(claims["htm"], claims["htu"]) for claims in token_proofs} == {("POST", f"{ISSUER}/token")}
+    assert [form["grant_type"] for form, _ in world.token_requests] == [
+        "authorization_code",
+        "authorization_code",
+        "refresh_token",
+    ]
+    assert mcp_proofs[0].get("nonce") is None and all(claims["nonce"] == "rs-nonce" for claims in mcp_proofs[1:])
+    jtis = [claims["jti"] for _, claims in world.proofs]
+    assert len(set(jtis)) == len(jtis)  # a fresh proof every time
+    served = [
+        r for r in world.requests if str(r.url) == MCP_URL and r.headers.get("authorization", "").startswith("DPoP ")
+    ]
+    assert len(served) >= 3
+
+
+@pytest.mark.parametrize("world", [World(), World(dpop=True, rs_scheme="Bearer")], ids=["no-dpop", "bearer-only-mcp"])
+async def test_without_dpop_on_both_sides_tokens_stay_bearer(world: World) -> None:
+    async with _client(world, _oauth(world)) as client:
+        await client.request("tools/list")
+    assert world.proofs == [] and world.dpop_tokens == set()
+
+
+async def test_a_new_login_after_expiry_keeps_the_scopes_held() -> None:
+    world, store = World(call_scope="mcp:write", issue_refresh=False), MemoryStore()
+    async with _client(world, _oauth(world, store)) as client:
+        await _call(client)  # logged in for mcp:read, stepped up to mcp:write
+    world.tokens.clear()
+    async with _client(world, _oauth(world, store)) as client:
+        await client.request("tools/list")
+    assert world.authorizations[-1]["scope"] == "mcp:read offline_access mcp:write"

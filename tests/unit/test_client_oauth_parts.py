@@ -25,7 +25,7 @@ from ext_tasks.client.oauth import (
     ResourceMismatch,
     default_store,
 )
-from ext_tasks.client.oauth.browser import CallbackListener
+from ext_tasks.client.oauth.browser import CallbackListener, open_in_browser
 from ext_tasks.client.oauth.discovery import (
     AuthServer,
     authorization_server_metadata_urls,
@@ -248,3 +248,21 @@ def test_the_env_file_store_choice_needs_no_keyring(monkeypatch: pytest.MonkeyPa
     with pytest.raises(ValueError, match="EXT_TASKS_TOKEN_STORE"):
         default_store()
     assert os.environ["EXT_TASKS_TOKEN_STORE"] == "bogus"
+
+
+def test_the_default_browser_prints_the_url_and_opens_nothing_without_a_display(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    opened: list[str] = []
+    monkeypatch.setattr("webbrowser.get", lambda: type("B", (), {"open": lambda self, url: opened.append(url)})())
+    monkeypatch.setattr("sys.platform", "linux")
+    monkeypatch.delenv("DISPLAY", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    open_in_browser("https://as.example/authorize?x=1")
+    assert "https://as.example/authorize?x=1" in capsys.readouterr().err
+    monkeypatch.setenv("DISPLAY", ":0")
+    monkeypatch.setenv("EXT_TASKS_OAUTH_BROWSER", "none")
+    open_in_browser("https://as.example/authorize?x=2")
+    monkeypatch.delenv("EXT_TASKS_OAUTH_BROWSER")
+    open_in_browser("https://as.example/authorize?x=3")
+    assert opened == ["https://as.example/authorize?x=3"]

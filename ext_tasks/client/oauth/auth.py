@@ -2,7 +2,8 @@
 authorizes itself when the server asks.
 
 Per request: the stored access token (refreshed shortly before it expires) goes in
-``Authorization: Bearer``, and only to the server's origin. A 401 runs discovery and then a refresh or
+``Authorization: Bearer`` (or ``DPoP``, with a fresh proof, when the token is bound to a key: RFC 9449),
+and only to the server's origin. A 401 runs discovery and then a refresh or
 a new authorization, once per request; a 403 ``insufficient_scope`` re-authorizes with the union of the
 scopes held and asked, at most ``max_step_ups`` times per request, then raises :class:`TooManyStepUps`.
 The OAuth traffic itself (metadata, registration, token endpoint) goes through a client of its own,
@@ -19,9 +20,11 @@ import httpx
 from ...protocol.versions import MODERN_VERSIONS
 from .browser import WAIT_TIMEOUT_S, OpenUrl, open_in_browser
 from .discovery import canonical
+from .dpop import NONCE_ERROR
 from .errors import TooManyStepUps
 from .flow import Flow, Settings
 from .store import MemoryStore, TokenStore
+from .tokens import Tokens
 from .wire import Challenge, origin, parse_challenge
 
 SIGNING_ALGS: Final = frozenset({"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512"})
@@ -41,6 +44,7 @@ class OAuth(httpx.Auth):
         signing_alg: str = "RS256",
         client_metadata_url: str | None = None,
         client_credentials: bool = False,
+        dpop: bool = True,
         client_name: str = "ext-tasks",
         redirect_port: int = 0,
         interactive: bool = True,
@@ -66,6 +70,8 @@ class OAuth(httpx.Auth):
         browser unless ``EXT_TASKS_OAUTH_BROWSER=none``); the answer comes back to
         ``http://127.0.0.1:<redirect_port>/callback`` (0: any free port) within ``callback_timeout_s``.
         ``interactive=False``: raise :class:`LoginRequired` instead of opening a browser.
+        ``dpop``: bind tokens to a key of ours (RFC 9449) where the authorization server offers DPoP
+        with ES256.
 
         ``max_step_ups``: re-authorizations per request for ``insufficient_scope``. ``refresh_margin_s``:
         refresh this long before expiry. ``timeout_s``: each OAuth request. ``transport``: for the OAuth
@@ -81,20 +87,23 @@ class OAuth(httpx.Auth):
         self.store = store if store is not None else MemoryStore()
         self._http = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s), follow_redirects=False, transport=transport)
         settings = Settings(
-            client_id,
-            client_secret,
-            private_key,
-            signing_alg,
-            client_metadata_url,
-            client_credentials,
-            client_name,
-            redirect_port,
-            interactive,
-            open_url or open_in_browser,
-            refresh_margin_s,
-            callback_timeout_s,
+            client_id=client_id,
+            client_secret=client_secret,
+            private_key=private_key,
+            signing_alg=signing_alg,
+            client_metadata_url=client_metadata_url,
+            client_credentials=client_credentials,
+            dpop=dpop,
+            client_name=client_name,
+            redirect_port=redirect_port,
+            interactive=interactive,
+            open_url=open_url or open_in_browser,
+            refresh_margin_s=refresh_margin_s,
+            callback_timeout_s=callback_timeout_s,
         )
         self._flow = Flow(self.server_url, settings, self.store, self._http, transport)
+        #: The MCP server's last ``DPoP-Nonce`` (RFC 9449 §9).
+        self._nonce: str | None = None
 
     def __repr__(self) -> str:
         return f"OAuth({self.server_url!r}, store={self.store!r})"
@@ -115,25 +124,43 @@ class OAuth(httpx.Auth):
         if origin(request.url) != origin(httpx.URL(self.server_url)):
             yield request  # a token is for its server only
             return
-        token = await self._flow.token()
-        _bear(request, token)
+        tokens = await self._flow.token()
+        self._present(request, tokens)
         response = yield request
-        renewed = False
+        renewed = nonce_sent = False
         step_ups = 0
         while True:
             challenge = parse_challenge(response)
-            if response.status_code == 401 and not renewed:
+            self._nonce = response.headers.get("dpop-nonce") or self._nonce
+            if response.status_code == 401 and challenge.error == NONCE_ERROR and not nonce_sent:
+                nonce_sent = True  # the same token again, its proof signed with the server's nonce
+            elif response.status_code == 401 and not renewed:
                 renewed = True
-                token = await self._flow.unauthorized(challenge, token)
+                tokens = await self._flow.unauthorized(challenge, tokens.access_token if tokens else None)
             elif response.status_code == 403 and challenge.insufficient_scope:
                 if step_ups >= self.max_step_ups:
                     raise TooManyStepUps(step_ups, challenge.scope or "")
                 step_ups += 1
-                token = await self._flow.step_up(challenge)
+                tokens = await self._flow.step_up(challenge)
             else:
                 return
-            _bear(request, token)
+            self._present(request, tokens)
             response = yield request
+
+    def _present(self, request: httpx.Request, tokens: Tokens | None) -> None:
+        """The request's credentials: none, a bearer token, or a DPoP-bound token with a fresh proof."""
+        request.headers.pop("DPoP", None)
+        key = self._flow.dpop_key
+        if tokens is None:
+            request.headers.pop("Authorization", None)
+        elif tokens.dpop and key is not None:
+            request.headers["Authorization"] = f"DPoP {tokens.access_token}"
+            url = str(request.url)
+            request.headers["DPoP"] = key.proof(
+                request.method, url, access_token=tokens.access_token, nonce=self._nonce
+            )
+        else:
+            request.headers["Authorization"] = f"Bearer {tokens.access_token}"
 
     async def login(self, http: httpx.AsyncClient | None = None) -> None:
         """Authorize now, without an MCP request: an unauthenticated probe of the server (sent through
@@ -156,10 +183,3 @@ class OAuth(httpx.Auth):
         """Revoke the stored tokens at their issuer (RFC 7009, when it offers revocation) and delete
         them. True when the issuer confirmed the revocation; the tokens are forgotten either way."""
         return await self._flow.forget()
-
-
-def _bear(request: httpx.Request, token: str | None) -> None:
-    if token is None:
-        request.headers.pop("Authorization", None)
-    else:
-        request.headers["Authorization"] = f"Bearer {token}"

@@ -36,10 +36,19 @@ def open_in_browser(url: str) -> None:
     a browser when there is one and ``EXT_TASKS_OAUTH_BROWSER`` is not ``none``."""
     sys.stderr.write(f"To authorize, open this URL in a browser:\n\n  {url}\n\n")
     sys.stderr.flush()
-    if os.environ.get(ENV_BROWSER, "").strip().lower() == "none":
+    if os.environ.get(ENV_BROWSER, "").strip().lower() == "none" or not _graphical():
         return
     with contextlib.suppress(webbrowser.Error):
         webbrowser.get().open(url)
+
+
+def _graphical() -> bool:
+    # Without a display, Python's webbrowser may pick a text browser (lynx, w3m) that would take over
+    # the terminal the command runs in: there, the printed URL is the better way.
+    platform: str = sys.platform  # a plain string: checked when run, not by the type checker
+    if platform.startswith("linux") or "bsd" in platform:
+        return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+    return True
 
 
 async def call_open_url(open_url: OpenUrl, url: str) -> None:

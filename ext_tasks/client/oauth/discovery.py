@@ -33,6 +33,9 @@ class ProtectedResource:
     resource: str
     authorization_servers: tuple[str, ...]
     scopes_supported: tuple[str, ...] | None
+    #: RFC 9728 ``dpop_signing_alg_values_supported`` / ``dpop_bound_access_tokens_required``.
+    dpop_algs: tuple[str, ...] | None = None
+    dpop_required: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,11 +104,13 @@ async def find_resource(http: httpx.AsyncClient, server_url: str, challenge: Cha
             log.debug("protected resource metadata at %s lacks resource or authorization_servers", url)
             continue
         check_resource(resource, server_url)
-        scopes = document.get("scopes_supported")
+        scopes, algs = document.get("scopes_supported"), document.get("dpop_signing_alg_values_supported")
         return ProtectedResource(
             resource,
             tuple(server for server in servers if isinstance(server, str)),
             tuple(scope for scope in scopes if isinstance(scope, str)) if isinstance(scopes, list) else None,
+            tuple(alg for alg in algs if isinstance(alg, str)) if isinstance(algs, list) else None,
+            document.get("dpop_bound_access_tokens_required") is True,
         )
     raise AuthorizationError(f"{server_url}: no protected resource metadata found (RFC 9728)")
 

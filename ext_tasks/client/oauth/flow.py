@@ -17,6 +17,7 @@ import httpx
 
 from .browser import CallbackListener, OpenUrl, call_open_url
 from .discovery import AuthServer, ProtectedResource, canonical, find_auth_server, find_resource
+from .dpop import DpopKey, supported_by
 from .errors import AuthorizationError, IssuerMismatch, LoginRequired
 from .registration import Registration, pick_auth_method, register_dynamically
 from .store import TokenStore
@@ -38,6 +39,7 @@ class Settings:
     signing_alg: str
     client_metadata_url: str | None
     client_credentials: bool
+    dpop: bool
     client_name: str
     redirect_port: int
     interactive: bool
@@ -53,6 +55,10 @@ class Settings:
 class _Context:
     resource: ProtectedResource
     server: AuthServer
+    #: Both sides take DPoP with our algorithm: the authorization server binds tokens, and the MCP server
+    #: challenged with the DPoP scheme or lists DPoP in its metadata (a server that only knows Bearer
+    #: would refuse a bound token).
+    dpop: bool = False
 
 
 def merge_scopes(*scopes: str | None) -> str | None:
@@ -100,6 +106,10 @@ class Flow:
         self.issuer: str | None = None
         self.registration: Registration | None = None
         self.tokens: Tokens | None = None
+        #: The key the grant's tokens are bound to (DPoP), kept with them.
+        self.dpop_key: DpopKey | None = None
+        #: The token endpoints' DPoP nonces, kept between token requests.
+        self.token_nonces: dict[str, str] = {}
         self._loaded = False
 
     # --- the store ------------------------------------------------------------------------------
@@ -115,9 +125,11 @@ class Flow:
             if not isinstance(found, str):
                 return
             issuer = found
-        self.issuer, self.registration, self.tokens = issuer, None, None
+        self.issuer, self.registration, self.tokens, self.dpop_key = issuer, None, None, None
         entry = await self.store.load(self.key(issuer)) or {}
-        client, tokens = entry.get("client"), entry.get("tokens")
+        client, tokens, dpop_key = entry.get("client"), entry.get("tokens"), entry.get("dpop_key")
+        if isinstance(dpop_key, str):
+            self.dpop_key = DpopKey.from_pem(dpop_key)
         if isinstance(client, dict):
             self.registration = Registration.from_json(client, issuer)
         if isinstance(tokens, dict):
@@ -130,12 +142,14 @@ class Flow:
             entry["client"] = self.registration.to_json()
         if self.tokens is not None:
             entry["tokens"] = self.tokens.to_json()
+        if self.dpop_key is not None:
+            entry["dpop_key"] = self.dpop_key.to_pem()
         await self.store.save(self.key(self.issuer), entry)
         await self.store.save(self.server_url, {"issuer": self.issuer})
 
     # --- what a request carries ---------------------------------------------------------------------
 
-    async def token(self) -> str | None:
+    async def token(self) -> Tokens | None:
         """The access token to send, refreshed first when it is about to expire (and the authorization
         server is known in this process); ``None`` to send the request without one."""
         async with self.lock:
@@ -146,7 +160,7 @@ class Flow:
             if tokens is None:
                 return None
             if not tokens.expired(self.settings.refresh_margin_s):
-                return tokens.access_token
+                return tokens
             if self.context is None:
                 return None  # the 401 that follows runs discovery, then refreshes
             try:
@@ -155,27 +169,29 @@ class Flow:
                 log.info("%s: renewing the token failed (%s)", self.server_url, exc)
                 return None
 
-    async def unauthorized(self, challenge: Challenge, rejected: str | None, *, fresh: bool = False) -> str:
+    async def unauthorized(self, challenge: Challenge, rejected: str | None, *, fresh: bool = False) -> Tokens:
         """After a 401: discovery from the challenge, then a stored token of the (new) issuer, a refresh,
         or a new authorization. ``fresh``: always a new authorization (an explicit login)."""
         async with self.lock:
             if not fresh and self.tokens is not None and self.tokens.access_token != rejected and rejected:
-                return self.tokens.access_token  # another request renewed it meanwhile
+                return self.tokens  # another request renewed it meanwhile
             context = await self._discover(challenge)
             scope = select_scope(challenge, context.resource)
             tokens = self.tokens
             if not fresh and tokens is not None:
                 unsent = tokens.access_token != rejected and not tokens.expired(self.settings.refresh_margin_s)
                 if unsent:
-                    return tokens.access_token
+                    return tokens
                 if tokens.refresh_token or self.settings.client_credentials:
                     try:
                         return await self._renew(context)
                     except AuthorizationError as exc:
                         log.info("%s: renewing the token failed (%s)", self.server_url, exc)
+                # Authorizing again: keep what was granted before along with what the server asks now.
+                scope = merge_scopes(tokens.scope, scope)
             return await self._obtain(context, scope)
 
-    async def step_up(self, challenge: Challenge) -> str:
+    async def step_up(self, challenge: Challenge) -> Tokens:
         """After a 403 ``insufficient_scope``: a new authorization for the scopes held plus those asked."""
         async with self.lock:
             context = self.context or await self._discover(challenge)
@@ -186,18 +202,27 @@ class Flow:
 
     async def _discover(self, challenge: Challenge) -> _Context:
         resource = await find_resource(self.http, self.server_url, challenge)
-        issuer = resource.authorization_servers[0]
+        # The issuer in use while the server still lists it (its registration and tokens stay good), else
+        # the first one listed (RFC 9728 §7.6 leaves the choice to the client).
+        listed = resource.authorization_servers
+        issuer = self.issuer if self.issuer in listed else listed[0]
         server = await find_auth_server(self.http, issuer)
         if issuer != self.issuer:
             log.info("%s: authorization server %s", self.server_url, issuer)
             await self.load(issuer)
-        self.context = _Context(resource, server)
+        resource_takes_dpop = "dpop" in challenge.schemes or resource.dpop_required or supported_by(resource.dpop_algs)
+        dpop = (
+            self.settings.dpop
+            and resource_takes_dpop
+            and supported_by(server.listed("dpop_signing_alg_values_supported"))
+        )
+        self.context = _Context(resource, server, dpop)
         return self.context
 
-    async def _renew(self, context: _Context) -> str:
+    async def _renew(self, context: _Context) -> Tokens:
         tokens = self.tokens
         assert tokens is not None
-        endpoint = self._endpoint(context.server, self._known_registration(context.server))
+        endpoint = self._endpoint(context.server, self._known_registration(context.server), dpop=context.dpop)
         if tokens.refresh_token:
             self.tokens = await endpoint.refresh(tokens, context.resource.resource)
         elif self.settings.client_credentials:
@@ -205,18 +230,18 @@ class Flow:
         else:
             raise AuthorizationError(f"{self.server_url}: no refresh token")
         await self.save()
-        return self.tokens.access_token
+        return self.tokens
 
-    async def _obtain(self, context: _Context, scope: str | None) -> str:
+    async def _obtain(self, context: _Context, scope: str | None) -> Tokens:
         if self.settings.client_credentials:
-            endpoint = self._endpoint(context.server, self._known_registration(context.server))
+            endpoint = self._endpoint(context.server, self._known_registration(context.server), dpop=context.dpop)
             self.tokens = await endpoint.client_credentials(context.resource.resource, scope)
         elif not self.settings.interactive:
             raise LoginRequired(self.server_url)
         else:
             self.tokens = await self._authorize(context, scope)
         await self.save()
-        return self.tokens.access_token
+        return self.tokens
 
     def _known_registration(self, server: AuthServer) -> Registration:
         """The client identity to show ``server`` without registering: pre-registered, a Client ID
@@ -239,14 +264,22 @@ class Flow:
             return self.registration
         return None
 
-    def _endpoint(self, server: AuthServer, registration: Registration) -> TokenEndpoint:
+    def _endpoint(self, server: AuthServer, registration: Registration, *, dpop: bool = False) -> TokenEndpoint:
         return TokenEndpoint(
             server,
             registration,
             private_key=self.settings.private_key,
             signing_alg=self.settings.signing_alg,
             transport=self.transport,
+            dpop=self._dpop_key() if dpop else None,
+            nonces=self.token_nonces,
         )
+
+    def _dpop_key(self) -> DpopKey:
+        """The grant's DPoP key (made on first use, then kept with its tokens)."""
+        if self.dpop_key is None:
+            self.dpop_key = DpopKey()
+        return self.dpop_key
 
     async def _authorize(self, context: _Context, scope: str | None) -> Tokens:
         server = context.server
@@ -267,7 +300,7 @@ class Flow:
                 )
                 self.registration = registration
                 await self.save()
-            endpoint = self._endpoint(server, registration)
+            endpoint = self._endpoint(server, registration, dpop=context.dpop)
             request = endpoint.authorization_request(listener.redirect_uri, context.resource.resource, scope)
             listener.expect(request.state)
             await call_open_url(self.settings.open_url, request.url)
@@ -341,6 +374,6 @@ class Flow:
             if issuer is not None:
                 await self.store.delete(self.key(issuer))
             await self.store.delete(self.server_url)
-            self.issuer, self.registration, self.tokens, self.context = None, None, None, None
+            self.issuer, self.registration, self.tokens, self.context, self.dpop_key = None, None, None, None, None
             self._loaded = True
             return revoked

@@ -4,14 +4,15 @@ client credentials, revocation (RFC 7009), and the client authentication methods
 
 Every request carries ``resource`` (RFC 8707). A JWT client assertion names the issuer as its audience
 (what RFC 7523bis and the spec's client-credentials extension ask), not the token endpoint URL that
-authlib uses by default.
+authlib uses by default. With a DPoP key, each token request carries a proof (authlib has no DPoP: the
+proof is our header, and a ``use_dpop_nonce`` answer is retried here with the server's nonce).
 """
 
 from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -28,11 +29,21 @@ with warnings.catch_warnings():
     from authlib.integrations.httpx_client import AsyncOAuth2Client
 
 from .discovery import AuthServer
+from .dpop import NONCE_ERROR, DpopKey
 from .errors import AuthorizationError
 from .registration import Registration
 from .wire import MAX_DOCUMENT_BYTES
 
 TOKEN_TIMEOUT_S: Final = 30.0
+_FORM_HEADERS: Final = {"Accept": "application/json", "Content-Type": "application/x-www-form-urlencoded;charset=UTF-8"}
+
+
+class TokenEndpointError(AuthorizationError):
+    """The token endpoint refused: ``error`` is its OAuth error code."""
+
+    def __init__(self, message: str, error: str) -> None:
+        super().__init__(message)
+        self.error = error
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +56,12 @@ class Tokens:
     expires_at: float | None = None
     scope: str | None = None
     granted: str | None = None
+    #: ``DPoP`` for a token bound to the grant's DPoP key (sent with the DPoP scheme), else ``Bearer``.
+    token_type: str = "Bearer"  # noqa: S105 (a token type, not a secret)
+
+    @property
+    def dpop(self) -> bool:
+        return self.token_type.lower() == "dpop"
 
     def expired(self, margin_s: float) -> bool:
         return self.expires_at is not None and time.time() + margin_s >= self.expires_at
@@ -56,6 +73,7 @@ class Tokens:
             "expires_at": self.expires_at,
             "scope": self.scope,
             "granted": self.granted,
+            "token_type": self.token_type,
         }
 
     @classmethod
@@ -64,13 +82,14 @@ class Tokens:
         if not isinstance(access, str) or not access:
             return None
         refresh, expires = value.get("refresh_token"), value.get("expires_at")
-        scope, granted = value.get("scope"), value.get("granted")
+        scope, granted, kind = value.get("scope"), value.get("granted"), value.get("token_type")
         return cls(
             access,
             refresh if isinstance(refresh, str) else None,
             float(expires) if isinstance(expires, int | float) and not isinstance(expires, bool) else None,
             scope if isinstance(scope, str) else None,
             granted if isinstance(granted, str) else None,
+            kind if isinstance(kind, str) else "Bearer",
         )
 
 
@@ -96,12 +115,17 @@ class TokenEndpoint:
         private_key: str | None = None,
         signing_alg: str = "RS256",
         transport: httpx.AsyncBaseTransport | None = None,
+        dpop: DpopKey | None = None,
+        nonces: dict[str, str] | None = None,
     ) -> None:
         self.server = server
         self.registration = registration
         self._private_key = private_key
         self._signing_alg = signing_alg
         self._transport = transport
+        self._dpop = dpop
+        #: Each token endpoint's last ``DPoP-Nonce`` (RFC 9449 §8), shared by the caller between requests.
+        self._nonces = nonces if nonces is not None else {}
 
     def _client(self, redirect_uri: str | None = None) -> AsyncOAuth2Client:
         method = self.registration.auth_method
@@ -122,7 +146,7 @@ class TokenEndpoint:
             timeout=TOKEN_TIMEOUT_S,
             follow_redirects=False,
             transport=self._transport,
-            event_hooks={"response": [_refuse_large]},
+            event_hooks={"response": [_refuse_large, self._note_nonce]},
         )
         if method == "private_key_jwt":
             client.register_client_auth_method(PrivateKeyJWT(self.server.issuer, alg=self._signing_alg))
@@ -137,26 +161,47 @@ class TokenEndpoint:
         url, state = client.create_authorization_url(endpoint, code_verifier=verifier, scope=scope, resource=resource)
         return AuthorizationRequest(url, state, verifier, redirect_uri, self.server.issuer)
 
+    async def _note_nonce(self, response: httpx.Response) -> None:
+        nonce = response.headers.get("dpop-nonce")
+        if nonce:
+            self._nonces[self._token_url] = nonce
+
+    async def _token_request(self, send: Callable[[dict[str, str]], Awaitable[Any]]) -> Any:
+        """One token request, with a fresh DPoP proof when we hold a key, sent again once with the
+        server's nonce if it answers ``use_dpop_nonce``."""
+        for last in (False, True):
+            headers = dict(_FORM_HEADERS)
+            if self._dpop is not None:
+                headers["DPoP"] = self._dpop.proof("POST", self._token_url, nonce=self._nonces.get(self._token_url))
+            try:
+                return await _call(self.server, send(headers))
+            except TokenEndpointError as refused:
+                if last or refused.error != NONCE_ERROR or self._dpop is None or self._token_url not in self._nonces:
+                    raise
+        raise AssertionError("unreachable")
+
     async def exchange_code(self, request: AuthorizationRequest, code: str, resource: str, scope: str | None) -> Tokens:
         async with self._client(request.redirect_uri) as client:
-            token = await _call(
-                self.server,
-                client.fetch_token(
+            token = await self._token_request(
+                lambda headers: client.fetch_token(
                     self._token_url,
+                    headers=headers,
                     grant_type="authorization_code",
                     code=code,
                     code_verifier=request.code_verifier,
                     resource=resource,
-                ),
+                )
             )
         return _tokens(token, scope)
 
     async def refresh(self, tokens: Tokens, resource: str) -> Tokens:
         assert tokens.refresh_token is not None
+        refresh_token = tokens.refresh_token
         async with self._client() as client:
-            token = await _call(
-                self.server,
-                client.refresh_token(self._token_url, refresh_token=tokens.refresh_token, resource=resource),
+            token = await self._token_request(
+                lambda headers: client.refresh_token(
+                    self._token_url, headers=headers, refresh_token=refresh_token, resource=resource
+                )
             )
         refreshed = _tokens(token, tokens.scope)
         # RFC 6749 §6: without a new refresh token, the old one stays valid.
@@ -165,9 +210,10 @@ class TokenEndpoint:
     async def client_credentials(self, resource: str, scope: str | None) -> Tokens:
         async with self._client() as client:
             extra = {"scope": scope} if scope else {}
-            token = await _call(
-                self.server,
-                client.fetch_token(self._token_url, grant_type="client_credentials", resource=resource, **extra),
+            token = await self._token_request(
+                lambda headers: client.fetch_token(
+                    self._token_url, headers=headers, grant_type="client_credentials", resource=resource, **extra
+                )
             )
         return _tokens(token, scope)
 
@@ -196,10 +242,10 @@ async def _call(server: AuthServer, pending: Any) -> Any:
     except httpx.HTTPError as exc:
         raise AuthorizationError(f"{server.issuer}: token endpoint: {type(exc).__name__}") from exc
     except (OAuthError, ValueError, KeyError, TypeError) as exc:  # an OAuth error, or not a token response
-        error = getattr(exc, "error", None) or type(exc).__name__
+        error = str(getattr(exc, "error", None) or type(exc).__name__)
         description = getattr(exc, "description", None)
-        raise AuthorizationError(
-            f"{server.issuer}: token endpoint: {error}" + (f" ({description})" if description else "")
+        raise TokenEndpointError(
+            f"{server.issuer}: token endpoint: {error}" + (f" ({description})" if description else ""), error
         ) from None
 
 
@@ -214,15 +260,18 @@ def _tokens(token: Mapping[str, Any], scope: str | None) -> Tokens:
     if not isinstance(access, str) or not access:
         raise AuthorizationError("the token endpoint answered without an access_token")
     expires_at = token.get("expires_at")
-    refresh, granted = token.get("refresh_token"), token.get("scope")
+    refresh, granted, kind = token.get("refresh_token"), token.get("scope"), token.get("token_type")
     return Tokens(
         access,
         refresh if isinstance(refresh, str) else None,
         float(expires_at) if isinstance(expires_at, int | float) and not isinstance(expires_at, bool) else None,
         scope,
         granted if isinstance(granted, str) else None,
+        kind if isinstance(kind, str) else "Bearer",
     )
 
 
 def _with_refresh(tokens: Tokens, refresh_token: str) -> Tokens:
-    return Tokens(tokens.access_token, refresh_token, tokens.expires_at, tokens.scope, tokens.granted)
+    return Tokens(
+        tokens.access_token, refresh_token, tokens.expires_at, tokens.scope, tokens.granted, tokens.token_type
+    )

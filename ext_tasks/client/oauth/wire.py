@@ -28,12 +28,16 @@ _ITEM: Final = re.compile(r'[\s,]*([!#$%&\'*+.^_`|~0-9A-Za-z-]+)(?:\s*=\s*("(?:[
 
 @dataclass(frozen=True, slots=True)
 class Challenge:
-    """The ``Bearer`` challenge of a 401 or 403 (RFC 6750 §3): only the parameters the flow uses."""
+    """The ``Bearer`` (or ``DPoP``, RFC 9449 §7.1) challenge of a 401 or 403 (RFC 6750 §3): the
+    parameters the flow uses."""
 
     resource_metadata: str | None = None
     scope: str | None = None
     error: str | None = None
     params: Mapping[str, str] = field(default_factory=dict)
+    #: The schemes challenged, lowercase (``bearer``, ``dpop``): a ``dpop`` one means the server takes
+    #: DPoP-bound tokens.
+    schemes: frozenset[str] = frozenset()
 
     @property
     def insufficient_scope(self) -> bool:
@@ -41,27 +45,32 @@ class Challenge:
 
 
 def parse_challenge(response: httpx.Response) -> Challenge:
-    """The ``Bearer`` challenge among the response's ``WWW-Authenticate`` headers (empty if none)."""
+    """The ``Bearer`` and ``DPoP`` challenges of the response's ``WWW-Authenticate`` headers, as one (a
+    ``Bearer`` parameter wins over the same ``DPoP`` one); empty when there are none."""
+    found: dict[str, dict[str, str]] = {}
     for value in response.headers.get_list("www-authenticate"):
-        params = _bearer_params(value)
-        if params is not None:
-            return Challenge(params.get("resource_metadata"), params.get("scope"), params.get("error"), params)
-    return Challenge()
+        for scheme, params in _challenges(value):
+            found.setdefault(scheme, params)
+    params = {**found.get("dpop", {}), **found.get("bearer", {})}
+    return Challenge(
+        params.get("resource_metadata"), params.get("scope"), params.get("error"), params, frozenset(found)
+    )
 
 
-def _bearer_params(value: str) -> dict[str, str] | None:
-    scheme: str | None = None
-    found: dict[str, str] | None = None
+def _challenges(value: str) -> list[tuple[str, dict[str, str]]]:
+    """The ``Bearer`` and ``DPoP`` challenges in one header value, with their parameters."""
+    challenges: list[tuple[str, dict[str, str]]] = []
+    current: dict[str, str] | None = None
     for match in _ITEM.finditer(value):
         name, raw = match[1], match[2]
         if raw is None:  # a new scheme starts
-            if found is not None:
-                return found
-            scheme = name
-            found = {} if scheme.lower() == "bearer" else None
-        elif found is not None:
-            found[name.lower()] = _unquote(raw)
-    return found
+            scheme = name.lower()
+            current = {} if scheme in ("bearer", "dpop") else None
+            if current is not None:
+                challenges.append((scheme, current))
+        elif current is not None:
+            current[name.lower()] = _unquote(raw)
+    return challenges
 
 
 def _unquote(raw: str) -> str:
