@@ -4,8 +4,10 @@ step-up and its bound, client credentials, logout), and that no token or secret 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -97,14 +99,35 @@ async def test_stored_tokens_serve_the_next_process_without_a_login() -> None:
     assert len(world.registrations) == 1
 
 
+def _near_its_end(oauth: OAuth) -> None:
+    """The token held now has 30 s left of its hour: inside the 60 s margin."""
+    tokens = oauth._flow.tokens
+    assert tokens is not None
+    now = time.time()
+    oauth._flow.tokens = dataclasses.replace(tokens, issued_at=now - 3570, expires_at=now + 30)
+
+
 async def test_a_token_about_to_expire_is_refreshed_first() -> None:
-    world = World(expires_in=30)  # inside the 60 s margin
-    async with _client(world, _oauth(world)) as client:
+    world = World()
+    oauth = _oauth(world)
+    async with _client(world, oauth) as client:
+        await _call(client)
+        _near_its_end(oauth)
         await _call(client)
     grants = [form["grant_type"] for form, _ in world.token_requests]
     assert grants == ["authorization_code", "refresh_token"]
     refresh = world.token_requests[1][0]
     assert refresh["resource"] == MCP_URL
+    assert len(world.authorizations) == 1
+
+
+async def test_a_short_lived_token_is_not_refreshed_before_every_request() -> None:
+    world = World(expires_in=30)  # shorter than the 60 s margin
+    async with _client(world, _oauth(world)) as client:
+        for _ in range(3):
+            await _call(client)
+    grants = [form["grant_type"] for form, _ in world.token_requests]
+    assert grants == ["authorization_code"]
     assert len(world.authorizations) == 1
 
 
@@ -249,8 +272,11 @@ async def test_no_token_or_secret_in_reprs_logs_or_errors(caplog: pytest.LogCapt
 
 
 async def test_dpop_binds_the_tokens_and_proves_each_request_with_the_servers_nonces() -> None:
-    world = World(dpop=True, as_nonce="as-nonce", rs_nonce="rs-nonce", expires_in=30)
-    async with _client(world, _oauth(world)) as client:
+    world = World(dpop=True, as_nonce="as-nonce", rs_nonce="rs-nonce")
+    oauth = _oauth(world)
+    async with _client(world, oauth) as client:
+        await _call(client)
+        _near_its_end(oauth)
         await _call(client)
     token_proofs = [claims for where, claims in world.proofs if where == "token"]
     mcp_proofs = [claims for where, claims in world.proofs if where == "mcp"]

@@ -7,6 +7,7 @@ import asyncio
 import hashlib
 import os
 import stat
+import time
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from ext_tasks.client.oauth.discovery import (
 )
 from ext_tasks.client.oauth.flow import check_iss, merge_scopes
 from ext_tasks.client.oauth.store import keyring_usable
+from ext_tasks.client.oauth.tokens import Tokens
 from ext_tasks.client.oauth.wire import Challenge, parse_challenge
 
 pytestmark = pytest.mark.anyio
@@ -152,6 +154,33 @@ async def test_the_file_store_lives_in_the_state_directory(tmp_path: Path, monke
     await FileStore().save("k", {"a": 1})
     [path] = (tmp_path / "state" / "oauth").iterdir()
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+
+
+async def test_an_unusable_state_directory_holds_no_tokens_and_refuses_to_save(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("EXT_TASKS_STATE_DIR", str(tmp_path / "file"))
+    assert await FileStore().load("k") is None  # a call to a server without OAuth goes on
+    with pytest.raises(OSError, match="file"):
+        await FileStore().save("k", {"a": 1})  # a login says why its tokens cannot be kept
+
+
+@pytest.mark.parametrize(
+    ("lifetime_s", "left_s", "due"),
+    [
+        (3600.0, 3000.0, False),  # a long token: refreshed 60 s before it ends
+        (3600.0, 59.0, True),
+        (30.0, 20.0, False),  # a 30 s token is not refreshed before every request...
+        (30.0, 14.0, True),  # ...but in the second half of its life
+    ],
+)
+def test_a_token_is_refreshed_near_its_end_by_its_own_lifetime(lifetime_s: float, left_s: float, due: bool) -> None:
+    now = time.time()
+    issued = now - (lifetime_s - left_s)
+    tokens = Tokens("a", issued_at=issued, expires_at=issued + lifetime_s)
+    assert tokens.expired(60.0) is due
+    assert Tokens.from_json(tokens.to_json()) == tokens  # the lifetime survives the store
 
 
 class _MemoryKeyring(KeyringBackend):

@@ -78,7 +78,12 @@ class FileStore:
         return directory / (hashlib.sha256(key.encode()).hexdigest() + ".json")
 
     async def load(self, key: str) -> dict[str, Any] | None:
-        data = await asyncio.to_thread(lambda: read_private(self.path(key), MAX_ENTRY_BYTES))
+        # An unusable state directory (a file in its place, another owner's) holds no tokens of ours: a
+        # server without OAuth stays reachable, and a login needing to save says why it cannot.
+        try:
+            data = await asyncio.to_thread(lambda: read_private(self.path(key), MAX_ENTRY_BYTES))
+        except OSError:
+            return None
         return None if data is None else _decode(data)
 
     async def save(self, key: str, value: dict[str, Any]) -> None:

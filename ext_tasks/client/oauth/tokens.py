@@ -10,6 +10,7 @@ proof is our header, and a ``use_dpop_nonce`` answer is retried here with the se
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import warnings
 from collections.abc import Awaitable, Callable, Mapping
@@ -58,13 +59,21 @@ class Tokens:
     granted: str | None = None
     #: ``DPoP`` for a token bound to the grant's DPoP key (sent with the DPoP scheme), else ``Bearer``.
     token_type: str = "Bearer"  # noqa: S105 (a token type, not a secret)
+    #: When the grant was received: with ``expires_at`` it gives the token's lifetime.
+    issued_at: float | None = None
 
     @property
     def dpop(self) -> bool:
         return self.token_type.lower() == "dpop"
 
     def expired(self, margin_s: float) -> bool:
-        return self.expires_at is not None and time.time() + margin_s >= self.expires_at
+        """Due for a refresh: within ``margin_s`` of its expiry, or within half its lifetime when that is
+        shorter (a token living 30 s would otherwise be refreshed before every request)."""
+        if self.expires_at is None:
+            return False
+        if self.issued_at is not None and self.expires_at > self.issued_at:
+            margin_s = min(margin_s, (self.expires_at - self.issued_at) / 2)
+        return time.time() + margin_s >= self.expires_at
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -74,6 +83,7 @@ class Tokens:
             "scope": self.scope,
             "granted": self.granted,
             "token_type": self.token_type,
+            "issued_at": self.issued_at,
         }
 
     @classmethod
@@ -86,10 +96,11 @@ class Tokens:
         return cls(
             access,
             refresh if isinstance(refresh, str) else None,
-            float(expires) if isinstance(expires, int | float) and not isinstance(expires, bool) else None,
+            _number(expires),
             scope if isinstance(scope, str) else None,
             granted if isinstance(granted, str) else None,
             kind if isinstance(kind, str) else "Bearer",
+            _number(value.get("issued_at")),
         )
 
 
@@ -264,14 +275,17 @@ def _tokens(token: Mapping[str, Any], scope: str | None) -> Tokens:
     return Tokens(
         access,
         refresh if isinstance(refresh, str) else None,
-        float(expires_at) if isinstance(expires_at, int | float) and not isinstance(expires_at, bool) else None,
+        _number(expires_at),
         scope,
         granted if isinstance(granted, str) else None,
         kind if isinstance(kind, str) else "Bearer",
+        time.time(),
     )
 
 
 def _with_refresh(tokens: Tokens, refresh_token: str) -> Tokens:
-    return Tokens(
-        tokens.access_token, refresh_token, tokens.expires_at, tokens.scope, tokens.granted, tokens.token_type
-    )
+    return dataclasses.replace(tokens, refresh_token=refresh_token)
+
+
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
