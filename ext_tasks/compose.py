@@ -98,17 +98,18 @@ class SharedValkey:
     the task store and the legacy session store."""
 
     def __init__(self, settings: Settings) -> None:
-        from .store.acks import ReplicaAcks
-        from .store.channels import ShardedChannels
-        from .store.health import StoreHealth
-        from .store.plumbing import Topology
+        from .store.connection.acks import ReplicaAcks
+        from .store.connection.channels import ShardedChannels
+        from .store.connection.health import StoreHealth
+        from .store.connection.pool import PoolSettings
+        from .store.connection.topology import connect
 
         assert settings.valkey_url is not None
         self.prefix = settings.valkey_prefix
         acks = ReplicaAcks(settings.valkey_min_replica_acks, settings.valkey_ack_timeout_ms)
         try:
-            self.topology = Topology.from_url(
-                settings.valkey_url, max_connections=settings.valkey_max_connections, acks=acks
+            self.topology = connect(
+                settings.valkey_url, PoolSettings(max_connections=settings.valkey_max_connections), acks=acks
             )
         except ValueError as exc:  # the URL names nothing (the message never repeats a password)
             raise ConfigError(f"EXT_TASKS_VALKEY_URL / --valkey-url: {exc}") from None
@@ -131,7 +132,7 @@ async def check_store_settings(settings: Settings) -> None:
     reason to stop: it is checked again once reachable (the process stays unready meanwhile)."""
     if settings.valkey_url is None or settings.valkey_allow_eviction:
         return  # allowed: the runtime's checks warn about it
-    from .store.health import read_primaries, refusal_to_start
+    from .store.connection.health import read_primaries, refusal_to_start
 
     shared = SharedValkey(settings)
     try:

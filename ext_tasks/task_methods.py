@@ -61,7 +61,7 @@ from .store.base import (
     TooManyActiveTasks,
     TooManyStoredTasks,
 )
-from .store.keys import new_task_id
+from .store.ids import new_task_id
 from .store.places import place_of
 from .tools import Tool
 

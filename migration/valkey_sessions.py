@@ -1,9 +1,11 @@
 """Legacy sessions in Valkey, so any instance serves any request of a 2025-11-25 session.
 
-On the shared plumbing of the task store (``ext_tasks.store``): the same :class:`Topology` (one Valkey
-or a cluster, one client per process), the same key schema, the one "store unavailable" mapping (HTTP
-503, "retry later"), the same JSON codec, and sharded channels for each session's message bus (one
-subscriber connection per node for every session of the process).
+On the Valkey connection layer the task store stands on (``ext_tasks.store.connection``): the same
+:class:`Topology` (one Valkey, Sentinel's primary or a cluster, one client per process), the one "store
+unavailable" mapping (HTTP 503, "retry later"), and sharded channels for each session's message bus
+(one subscriber connection per node for every session of the process). The keys are the shim's own
+(:mod:`.session_keys`), under the task store's prefix; of the task store it takes only its public
+owners' places (:func:`ext_tasks.store.valkey.owner_places`).
 
 Every step touches one key, except creating a session, which is two single-slot steps like a task's
 creation: take a place among the principal's live sessions (checking the cap atomically), then store
@@ -19,13 +21,15 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any, Final
 
-from ext_tasks.store.channels import ShardedChannels
-from ext_tasks.store.codec import decode_json, encode_json
-from ext_tasks.store.keys import KeySchema
-from ext_tasks.store.plumbing import MAX_CONNECTIONS, Topology, unavailable_on_connection_errors
-from ext_tasks.store.scripts import Script
-from ext_tasks.store.valkey_places import ValkeyPlaces
+from ext_tasks.store.connection.channels import ShardedChannels
+from ext_tasks.store.connection.jsontext import decode_json, encode_json
+from ext_tasks.store.connection.pool import PoolSettings
+from ext_tasks.store.connection.refusals import unavailable_on_connection_errors
+from ext_tasks.store.connection.scripts import Script
+from ext_tasks.store.connection.topology import Topology, connect
+from ext_tasks.store.valkey import owner_places
 
+from .session_keys import SessionKeys
 from .sessions import RECONNECTED, LegacySession, TooManySessions
 
 #: Take a key unless another holder has it; extend it for the same holder.
@@ -84,25 +88,23 @@ class ValkeySessionStore:
         *,
         prefix: str = "ext-tasks",
         ttl_s: int = 3600,
-        max_connections: int = MAX_CONNECTIONS,
+        pool: PoolSettings | None = None,
         channels: ShardedChannels | None = None,
     ) -> None:
         self._owns_topology = isinstance(target, str)
-        self._topology = (
-            Topology.from_url(target, max_connections=max_connections) if isinstance(target, str) else target
-        )
+        self._topology = connect(target, pool) if isinstance(target, str) else target
         self._owns_channels = channels is None
         self._channels = channels or ShardedChannels(self._topology)
         self._client: Any = self._topology.client
-        self._keys = KeySchema(prefix)
+        self._keys = SessionKeys(prefix)
         self._ttl_s = ttl_s
         self._hold = HOLD.bind(self._client)
         self._let_go = LET_GO.bind(self._client)
         self._take_place = TAKE_PLACE.bind(self._client)
         self._publish = PUBLISH.bind(self._client)
-        #: On the task store's keys (same schema): a proxy sharing a server's Valkey and prefix counts
-        #: with the server's places; on its own, it counts the shim's tasks by itself.
-        self.places = ValkeyPlaces(self._client, self._keys)
+        #: The task store's places under the same prefix: a proxy sharing a server's Valkey and prefix
+        #: counts with the server's places; on its own, it counts the shim's tasks by itself.
+        self.places = owner_places(self._topology, prefix)
 
     async def create(self, session: LegacySession, cap: int) -> None:
         ttl_ms = self._ttl_s * 1000

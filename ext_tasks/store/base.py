@@ -34,11 +34,14 @@ import asyncio
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
-from ..protocol.errors import Busy
 from ..protocol.tasks import TaskRecord
-from .keys import partition_of_key
+from .connection.errors import TaskStoreUnavailable as TaskStoreUnavailable  # raised there, caught from here
+from .ids import partition_of_key
+
+#: How long an expired task is still reported as "expired" rather than "not found".
+TOMBSTONE_MS: Final = 24 * 3600 * 1000
 
 
 class Expired:
@@ -48,15 +51,6 @@ class Expired:
 
     def __init__(self, owner: str) -> None:
         self.owner = owner
-
-
-class TaskStoreUnavailable(Busy):
-    """The store cannot be reached: requests fail fast with -32603, HTTP 503 and ``Retry-After``
-    instead of hanging."""
-
-    def __init__(self, detail: str) -> None:
-        super().__init__("Task store unavailable; retry later")
-        self.detail = detail
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,12 +20,10 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Final
 
 from ..protocol.tasks import TaskRecord, task_event
-from .base import ActiveLimit, ExistingTask, Expired, IdempotencyClaim, Run, WatchItem
+from .base import TOMBSTONE_MS, ActiveLimit, ExistingTask, Expired, IdempotencyClaim, Run, WatchItem
 from .ceilings import CEILING, within_ceiling
 from .places import MemoryPlaces, place_changes, place_of
 
-#: How long an expired task is still reported as "expired" rather than "not found".
-TOMBSTONE_MS: Final = 24 * 3600 * 1000
 _SWEEP_EVERY_S: Final = 60.0
 _WATCH_QUEUE: Final = 1024
 

@@ -9,8 +9,8 @@ from typing import TypeVar
 import anyio
 import pytest
 
-from ext_tasks.store.acks import ReplicaAcks
 from ext_tasks.store.base import TaskStore, TaskStoreUnavailable
+from ext_tasks.store.connection.acks import ReplicaAcks
 from ext_tasks.store.memory import MemoryTaskStore
 from ext_tasks.store.valkey import ValkeyTaskStore
 from tests.support.valkey import ValkeyServer, running_valkey

@@ -13,8 +13,8 @@ from collections.abc import AsyncIterator
 import anyio
 import pytest
 
-from ext_tasks.store.channels import ShardedChannels
-from ext_tasks.store.plumbing import Topology
+from ext_tasks.store.connection.channels import ShardedChannels
+from ext_tasks.store.connection.topology import Topology, connect
 from tests.contract.conftest import shared_url
 
 pytestmark = pytest.mark.anyio
@@ -26,7 +26,7 @@ SPUBLISH = "return redis.call('SPUBLISH', KEYS[1], ARGV[1])"  # routed by its ch
 
 @pytest.fixture(params=["valkey", "cluster"])
 async def topology(request: pytest.FixtureRequest) -> AsyncIterator[Topology]:
-    topology = Topology.from_url(shared_url(request))
+    topology = connect(shared_url(request))
     try:
         yield topology
     finally:
@@ -52,7 +52,7 @@ async def test_leaving_and_joining_again_at_once_stays_live(topology: Topology) 
                     assert await again.get() is None
                     assert await publish(topology, channel, f"m{round_}") == 1
                     assert await again.get() == f"m{round_}"
-        assert channels.connection_count() <= (3 if topology.cluster else 1)
+        assert channels.connection_count() <= (1 if topology.spans_slots else 3)
     finally:
         await channels.close()
 

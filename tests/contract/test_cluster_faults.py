@@ -16,8 +16,10 @@ import pytest
 from valkey.crc import key_slot
 
 from ext_tasks.store.base import TaskStoreUnavailable
-from ext_tasks.store.keys import PARTITION_TAGS, KeySchema, new_task_id
+from ext_tasks.store.connection.pool import PoolSettings
+from ext_tasks.store.ids import PARTITION_TAGS, new_task_id
 from ext_tasks.store.valkey import ValkeyTaskStore
+from ext_tasks.store.valkey.keys import KeySchema
 from tests.contract.conftest import once_available
 from tests.contract.test_store import make_record
 from tests.support.processes import stop
@@ -43,7 +45,7 @@ async def test_a_node_that_goes_away_answers_unavailable_and_service_resumes_whe
     keys = KeySchema("faults")
     # Few connections per node: commands sent while the node is down must give theirs back, or the node
     # would answer "too many connections" once it has returned.
-    store = ValkeyTaskStore(small_cluster.url, prefix="faults", max_connections=4)
+    store = ValkeyTaskStore(small_cluster.url, prefix="faults", pool=PoolSettings(max_connections=4))
     await store.open()
     try:
         victim = small_cluster.primaries[1]

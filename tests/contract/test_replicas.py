@@ -18,8 +18,8 @@ import valkey
 
 from ext_tasks.metrics import STORE_ACK_TIMEOUTS, STORE_FAILOVERS
 from ext_tasks.protocol.states import TaskStatus
-from ext_tasks.store.acks import ReplicaAcks, ReplicasBehind
 from ext_tasks.store.base import ExistingTask, IdempotencyClaim, TaskStoreUnavailable
+from ext_tasks.store.connection.acks import ReplicaAcks, ReplicasBehind
 from ext_tasks.store.valkey import ValkeyTaskStore
 from tests.contract.conftest import once_available, opened
 from tests.contract.test_store import make_record, under

@@ -25,8 +25,9 @@ from ext_tasks.store.base import (
     TooManyStoredTasks,
     WatchItem,
 )
-from ext_tasks.store.keys import PARTITION_TAGS, new_task_id, partition_of
-from ext_tasks.store.plumbing import TrimmedPool, connect_single
+from ext_tasks.store.connection.pool import PoolSettings, TrimmedPool
+from ext_tasks.store.connection.single import connect_single
+from ext_tasks.store.ids import PARTITION_TAGS, new_task_id, partition_of
 from ext_tasks.store.valkey import ValkeyTaskStore
 from tests.support.valkey import ValkeyServer, running_valkey
 
@@ -420,9 +421,9 @@ async def test_connections_left_idle_by_a_burst_are_closed(tmp_path: Path) -> No
 
 
 async def _burst_then_idle(valkey: ValkeyServer) -> None:
-    client = connect_single(valkey.url, max_connections=8, idle_s=0.5)
+    client = connect_single(valkey.url, PoolSettings(max_connections=8, idle_s=0.5))
     assert isinstance(client.connection_pool, TrimmedPool)
-    probe = connect_single(valkey.url, max_connections=1)
+    probe = connect_single(valkey.url, PoolSettings(max_connections=1))
 
     async def clients_until(done: Callable[[int], bool]) -> int:
         """Poll Valkey's own count of clients (another process's state: no event to wait on)."""
@@ -449,7 +450,7 @@ async def test_idle_connections_closed_while_commands_run_are_never_handed_out(v
     """A promotion (the sentinels name a new primary) closes the pool's idle connections while other
     callers keep taking connections: none of them may get one being closed (valkey-py's own
     ``disconnect(inuse_connections=False)`` hands those out, and the caller fails inside the client)."""
-    client = connect_single(valkey_server.url, max_connections=16)
+    client = connect_single(valkey_server.url, PoolSettings(max_connections=16))
     pool = client.connection_pool
     assert isinstance(pool, TrimmedPool)
     failed: list[Exception] = []

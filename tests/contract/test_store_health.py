@@ -32,9 +32,9 @@ from ext_tasks.compose import check_store_settings
 from ext_tasks.config import ConfigError, Settings
 from ext_tasks.metrics import REGISTRY
 from ext_tasks.store.base import TaskStoreUnavailable
-from ext_tasks.store.health import StoreHealth
-from ext_tasks.store.plumbing import Topology
-from ext_tasks.store.refusals import REFUSALS
+from ext_tasks.store.connection.health import StoreHealth
+from ext_tasks.store.connection.refusals import REFUSALS
+from ext_tasks.store.connection.topology import connect
 from ext_tasks.store.valkey import ValkeyTaskStore
 from tests.contract.test_store import make_record
 from tests.contract.test_store_refusals import configured
@@ -70,7 +70,7 @@ def gauge(name: str) -> float | None:
 
 @contextlib.asynccontextmanager
 async def health_of(url: str, **options: Any) -> AsyncIterator[StoreHealth]:
-    topology = Topology.from_url(url)
+    topology = connect(url)
     health = StoreHealth(topology, **options)
     try:
         yield health

@@ -36,9 +36,10 @@ from ext_tasks.options import WorkerOptions
 from ext_tasks.protocol.states import TaskStatus
 from ext_tasks.protocol.tasks import TaskRecord
 from ext_tasks.store.base import TaskStoreUnavailable
-from ext_tasks.store.keys import KeySchema, partition_of
-from ext_tasks.store.plumbing import unavailable_on_connection_errors
+from ext_tasks.store.connection.refusals import unavailable_on_connection_errors
+from ext_tasks.store.ids import partition_of
 from ext_tasks.store.valkey import ValkeyTaskStore
+from ext_tasks.store.valkey.keys import KeySchema
 from ext_tasks.worker import Worker
 from migration.valkey_sessions import ValkeySessionStore
 from tests.contract.test_store import make_record

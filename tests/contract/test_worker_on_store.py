@@ -17,7 +17,7 @@ from ext_tasks.options import WorkerOptions
 from ext_tasks.protocol.states import TaskStatus
 from ext_tasks.protocol.tasks import TaskRecord
 from ext_tasks.store.base import TaskStore
-from ext_tasks.store.keys import PARTITION_TAGS, new_task_id
+from ext_tasks.store.ids import PARTITION_TAGS, new_task_id
 from ext_tasks.worker import Worker
 from tests.contract.test_store import make_record
 

@@ -34,7 +34,8 @@ import httpx
 import pytest
 from valkey import Valkey
 
-from ext_tasks.store.keys import PARTITION_TAGS, KeySchema
+from ext_tasks.store.ids import PARTITION_TAGS
+from ext_tasks.store.valkey.keys import KeySchema
 from tests.support.cluster import fleet_env, keygen, running_servers, running_worker, wait_for
 from tests.support.mcp_http import modern_request, parse_reply
 from tests.support.processes import ServerProcess, stop

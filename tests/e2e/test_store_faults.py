@@ -38,7 +38,8 @@ import pytest
 from valkey import Valkey
 
 from ext_tasks.protocol.resume import generate_key
-from ext_tasks.store.keys import KeySchema, partition_of
+from ext_tasks.store.ids import partition_of
+from ext_tasks.store.valkey.keys import KeySchema
 from tests.e2e.test_faults import (
     AOF_ARGS,
     CAPABILITIES,

@@ -23,9 +23,9 @@ from ext_tasks.protocol.states import TaskStatus
 from ext_tasks.protocol.tasks import TaskRecord
 from ext_tasks.protocol.wire import MAX_LISTEN_TASK_IDS, MAX_WATCHED_ID_CHARS
 from ext_tasks.replies import JsonReply, StreamReply
-from ext_tasks.store.base import IdempotencyClaim
+from ext_tasks.store.base import TOMBSTONE_MS, IdempotencyClaim
 from ext_tasks.store.ceilings import within_ceiling
-from ext_tasks.store.memory import TOMBSTONE_MS, MemoryTaskStore
+from ext_tasks.store.memory import MemoryTaskStore
 from ext_tasks.task_methods import TaskMethods
 from ext_tasks.worker import Worker
 from migration.sessions import LegacySession, MemorySessionStore

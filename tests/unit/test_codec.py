@@ -6,7 +6,7 @@ import dataclasses
 
 from ext_tasks.protocol.states import TaskStatus
 from ext_tasks.protocol.tasks import TaskRecord
-from ext_tasks.store.codec import changes, field_map, record_from_fields
+from ext_tasks.store.valkey.codec import changes, field_map, record_from_fields
 
 RECORD = TaskRecord(
     task_id="bd.x",

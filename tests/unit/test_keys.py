@@ -8,15 +8,15 @@ import re
 import pytest
 from valkey.crc import VALKEY_CLUSTER_HASH_SLOTS, key_slot
 
-from ext_tasks.store.keys import (
+from ext_tasks.store.ids import (
     LEGACY_PARTITION,
     PARTITION_TAGS,
     PARTITIONS,
-    KeySchema,
     new_task_id,
     partition_of,
     partition_of_key,
 )
+from ext_tasks.store.valkey.keys import KeySchema
 
 KEYS = KeySchema(prefix="ext-tasks")
 

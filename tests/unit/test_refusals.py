@@ -12,7 +12,7 @@ from valkey._parsers.base import BaseParser
 from valkey.asyncio.client import Pipeline
 from valkey.asyncio.cluster import ClusterParser
 
-from ext_tasks.store.refusals import refusal_reason
+from ext_tasks.store.connection.refusals import refusal_reason
 
 REFUSALS = {
     "OOM command not allowed when used memory > 'maxmemory'.": "oom",

@@ -6,8 +6,7 @@ import re
 
 import pytest
 
-from ext_tasks.store.plumbing import Endpoint, cluster_seeds
-from ext_tasks.store.sentinel import SentinelTarget, sentinel_target
+from ext_tasks.store.connection.urls import Endpoint, SentinelTarget, cluster_seeds, sentinel_target
 
 
 def test_a_sentinel_url_names_the_sentinels_the_primary_and_the_database() -> None:

@@ -25,11 +25,11 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from .base import ActiveLimit, Place, TooManyActiveTasks, TooManyStoredBytes, TooManyStoredTasks
+from ..base import ActiveLimit, Place, TooManyActiveTasks, TooManyStoredBytes, TooManyStoredTasks
+from ..connection.refusals import unavailable_on_connection_errors
+from ..connection.scripts import Script
+from ..places import NEVER_MS
 from .keys import KeySchema
-from .places import NEVER_MS
-from .plumbing import unavailable_on_connection_errors
-from .scripts import Script
 
 #: The field of an owner's ``bytes`` hash that holds the sum of the others (no task id looks like it).
 TOTAL: Final = "#total"

@@ -33,7 +33,7 @@ from valkey.asyncio.retry import Retry
 from valkey.cluster import PRIMARY, REPLICA
 from valkey.exceptions import ClusterError, ValkeyError
 
-from ..metrics import STORE_FAILOVERS, STORE_RETRIES
+from ...metrics import STORE_FAILOVERS, STORE_RETRIES
 
 T = TypeVar("T")
 

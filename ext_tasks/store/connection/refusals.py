@@ -18,17 +18,35 @@ or, inside a pipeline, with the code after ``caused error: (``.
 
 Each refusal seen is counted by reason (``ext_tasks_store_write_refusals_total``) and remembered
 (:data:`REFUSALS`): readiness reports a store that refused a write moments ago.
+
+:func:`unavailable_on_connection_errors` is the one mapping of a broken connection, of a cluster that
+cannot serve the slot right now, or of such a refusal to :class:`~.errors.TaskStoreUnavailable` (HTTP
+503, "retry later"); other errors of Valkey (a script bug) pass through.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
+from collections.abc import Iterator
 from typing import Final
 
-from valkey.exceptions import BusyLoadingError, MasterDownError, OutOfMemoryError, ReadOnlyError, ResponseError
+from valkey.exceptions import (
+    AskError,
+    BusyLoadingError,
+    ClusterDownError,
+    MasterDownError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    ResponseError,
+    TryAgainError,
+    ValkeyClusterException,
+    ValkeyError,
+)
 
-from ..metrics import STORE_ACCEPTS_WRITES, STORE_WRITE_REFUSALS
+from ...metrics import STORE_ACCEPTS_WRITES, STORE_WRITE_REFUSALS
+from .errors import TaskStoreUnavailable
 
 #: Error codes of replies that mean "not now", by the reason they are counted under.
 _CODES: Final = {
@@ -53,6 +71,8 @@ _CLASSES: Final = (
 _IN_PIPELINE: Final = re.compile(r"of pipeline caused error: \(?['\"]?([A-Z]+) ")
 #: How long after a refusal the store still counts as refusing writes (for readiness).
 REMEMBERED_S: Final = 5.0
+#: Answers of a cluster (or of a primary that just became a replica) that mean "not now, retry".
+_TRANSIENT_REPLIES: Final = (AskError, ClusterDownError, TryAgainError, ReadOnlyError)
 
 
 def refusal_reason(exc: BaseException) -> str | None:
@@ -92,3 +112,17 @@ class RefusalLog:
 
 #: The process's one log: every store client of the process reports its refusals here.
 REFUSALS: Final = RefusalLog()
+
+
+@contextlib.contextmanager
+def unavailable_on_connection_errors() -> Iterator[None]:
+    try:
+        yield
+    except (ConnectionError, TimeoutError, OSError, ValkeyError, ValkeyClusterException) as exc:
+        reason = refusal_reason(exc)
+        if reason is not None:  # Valkey refused for now (out of memory, busy, loading, ...): it passes
+            REFUSALS.seen(reason)
+            raise TaskStoreUnavailable(f"task store refused the command: {reason}") from exc
+        if isinstance(exc, ResponseError) and not isinstance(exc, _TRANSIENT_REPLIES):
+            raise
+        raise TaskStoreUnavailable(f"task store unavailable: {type(exc).__name__}") from exc

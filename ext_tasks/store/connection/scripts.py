@@ -6,8 +6,8 @@ the declaration. Whatever is left over (``rest``) arrives in Lua as the table ``
 pairs for ``HSET``. Every key a script touches is one of its declared keys, as a Valkey Cluster
 requires, and a script's keys share one hash slot (the key schema sees to that).
 
-A script bound with a :class:`~.plumbing.Topology` that confirms writes is answered only once the
-replicas have its effects (:meth:`~.plumbing.Topology.confirmed`); its first key names the slot.
+A script bound with a :class:`~.topology.Topology` that confirms writes is answered only once the
+replicas have its effects (:meth:`~.topology.Topology.confirmed`); its first key names the slot.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 
 from valkey.commands.core import AsyncScript
 
-from .plumbing import Topology
+from .topology import Topology
 
 
 class Script:

@@ -34,9 +34,9 @@ from valkey.exceptions import (
     TryAgainError,
 )
 
-from ..metrics import STORE_ACK_TIMEOUTS, STORE_RETRIES
-from .base import TaskStoreUnavailable
+from ...metrics import STORE_ACK_TIMEOUTS, STORE_RETRIES
 from .cluster_client import SETTLE_S
+from .errors import TaskStoreUnavailable
 
 Command = Sequence[str | int]
 

@@ -9,7 +9,7 @@ promotion), every command fails as "store unavailable" (HTTP 503, retry later); 
 a replica. Each time the named primary changes the process counts a failover
 (``ext_tasks_store_failovers_total``).
 
-The pool is the same bounded, trimmed pool as one Valkey's (:class:`~.plumbing.TrimmedPool`), its
+The pool is the same bounded, trimmed pool as one Valkey's (:class:`~.pool.TrimmedPool`), its
 connections valkey-py's :class:`SentinelManagedConnection`, which ask the pool for the address.
 """
 
@@ -17,43 +17,22 @@ from __future__ import annotations
 
 import logging
 import weakref
-from dataclasses import dataclass
 from typing import Any, Final
-from urllib.parse import unquote, urlsplit
 
 from valkey.asyncio import Valkey
 from valkey.asyncio.sentinel import Sentinel, SentinelManagedConnection
 
-from ..metrics import STORE_FAILOVERS
-from .plumbing import SENTINEL_SCHEME, Endpoint, TrimmedPool, parse_hosts
+from ...metrics import STORE_FAILOVERS
+from .acks import ReplicaAcks
+from .pool import PoolSettings, TrimmedPool
+from .refusals import unavailable_on_connection_errors
+from .single import PooledTopology
+from .urls import Endpoint, sentinel_target
 
 logger = logging.getLogger("ext_tasks.store")
 
 #: How long asking one sentinel may take before the next is asked.
 _SENTINEL_TIMEOUT_S: Final = 1.0
-
-
-@dataclass(frozen=True, slots=True)
-class SentinelTarget:
-    sentinels: list[Endpoint]
-    name: str
-    db: int
-    credentials: dict[str, str]
-
-
-def sentinel_target(url: str) -> SentinelTarget:
-    """What ``valkey+sentinel://HOST:PORT[,...]/NAME[/DB]`` names; ``ValueError`` says what is wrong."""
-    parts = urlsplit(url)
-    if parts.scheme != SENTINEL_SCHEME:
-        raise ValueError(f"not a {SENTINEL_SCHEME}:// URL")
-    sentinels, credentials = parse_hosts(parts.netloc, what="sentinel")
-    path = [unquote(segment) for segment in parts.path.split("/") if segment]
-    if not path or len(path) > 2:
-        raise ValueError(f"{SENTINEL_SCHEME}:// needs the monitored primary's name: HOST:PORT[,...]/NAME[/DB]")
-    name = path[0]
-    if len(path) == 2 and not path[1].isdigit():
-        raise ValueError(f"database {path[1]!r} is not a number")
-    return SentinelTarget(sentinels, name, int(path[1]) if len(path) == 2 else 0, credentials)
 
 
 class FollowingPool(TrimmedPool):
@@ -85,27 +64,36 @@ class FollowingPool(TrimmedPool):
         return address
 
 
-def connect_sentinel(
-    url: str, *, max_connections: int, connect_timeout_s: float, pool_timeout_s: float, idle_s: float
-) -> tuple[Valkey, Sentinel]:
-    target = sentinel_target(url)
-    sentinel = Sentinel(  # type: ignore[no-untyped-call]
-        [(seed.host, seed.port) for seed in target.sentinels],
-        sentinel_kwargs={"socket_timeout": _SENTINEL_TIMEOUT_S, "socket_connect_timeout": _SENTINEL_TIMEOUT_S},
-    )
-    pool = FollowingPool(
-        target.name,
-        sentinel,
-        max_connections=max_connections,
-        timeout=pool_timeout_s,
-        idle_s=idle_s,
-        db=target.db,
-        username=target.credentials.get("username"),
-        password=target.credentials.get("password"),
-        decode_responses=True,
-        socket_connect_timeout=connect_timeout_s,
-        socket_timeout=10.0,
-        health_check_interval=15,
-        retry_on_timeout=False,
-    )
-    return Valkey.from_pool(pool), sentinel
+class SentinelTopology(PooledTopology):
+    """The primary a group of sentinels names, followed through promotions."""
+
+    def __init__(self, client: Valkey, sentinel: Sentinel, acks: ReplicaAcks | None = None) -> None:
+        super().__init__(client, acks)
+        self._sentinel = sentinel
+
+    @classmethod
+    def open(cls, url: str, settings: PoolSettings, acks: ReplicaAcks | None = None) -> SentinelTopology:
+        target = sentinel_target(url)
+        sentinel = Sentinel(  # type: ignore[no-untyped-call]
+            [(seed.host, seed.port) for seed in target.sentinels],
+            sentinel_kwargs={"socket_timeout": _SENTINEL_TIMEOUT_S, "socket_connect_timeout": _SENTINEL_TIMEOUT_S},
+        )
+        pool = FollowingPool(
+            target.name,
+            sentinel,
+            db=target.db,
+            username=target.credentials.get("username"),
+            password=target.credentials.get("password"),
+            **settings.pool(),
+        )
+        return cls(Valkey.from_pool(pool), sentinel, acks)
+
+    async def endpoint_for(self, key: str) -> Endpoint:
+        with unavailable_on_connection_errors():
+            host, port = await self.client.connection_pool.get_master_address()
+        return Endpoint(host, port)
+
+    async def close(self) -> None:
+        await super().close()
+        for sentinel in self._sentinel.sentinels:
+            await sentinel.aclose()

@@ -29,10 +29,10 @@ from typing import Any, Final
 
 from valkey.exceptions import ResponseError
 
-from ..metrics import STORE_ACCEPTS_WRITES, STORE_EVICTED_KEYS, STORE_EVICTING_PRIMARIES
-from .base import TaskStoreUnavailable
-from .plumbing import Topology, unavailable_on_connection_errors
+from ...metrics import STORE_ACCEPTS_WRITES, STORE_EVICTED_KEYS, STORE_EVICTING_PRIMARIES
+from .errors import TaskStoreUnavailable
 from .refusals import REFUSALS
+from .topology import Topology
 
 logger = logging.getLogger("ext_tasks.store")
 
@@ -86,16 +86,7 @@ async def read_primaries(topology: Topology, *, stats: bool = False) -> list[Pri
     """``INFO memory`` (and ``stats``) of every primary. Raises :class:`TaskStoreUnavailable` when one
     cannot be reached, and ``ResponseError`` when ``INFO`` is refused."""
     sections = ("memory", "stats") if stats else ("memory",)
-    client = topology.client
-    with unavailable_on_connection_errors():
-        if not topology.cluster:
-            info = await client.info(*sections)
-            endpoint = await topology.endpoint_for("")
-            return [_state(f"{endpoint.host}:{endpoint.port}", info)]
-        await client.initialize()  # a no-op once the slot map is known
-        primaries = client.get_primaries()
-        replies = await asyncio.gather(*(client.info(*sections, target_nodes=node) for node in primaries))
-        return [_state(node.name, info) for node, info in zip(primaries, replies, strict=True)]
+    return [_state(node, info) for node, info in await topology.primaries(*sections)]
 
 
 class StoreHealth:

@@ -23,15 +23,17 @@ import contextlib
 from collections.abc import Sequence
 from typing import Any, Final, cast
 
-from ..protocol.tasks import TaskRecord, task_event
-from .base import ActiveLimit, ExistingTask, Expired, IdempotencyClaim, OverCap, Run
-from .codec import changes, encode_json, field_map, flat, record_from_fields
-from .keys import KeySchema, partition_of
-from .memory import TOMBSTONE_MS
-from .places import place_changes, place_of
-from .plumbing import Topology, unavailable_on_connection_errors
-from .scripts import Script
-from .valkey_places import ValkeyPlaces
+from ...protocol.tasks import TaskRecord, task_event
+from ..base import TOMBSTONE_MS, ActiveLimit, ExistingTask, Expired, IdempotencyClaim, OverCap, Run
+from ..connection.jsontext import encode_json
+from ..connection.refusals import unavailable_on_connection_errors
+from ..connection.scripts import Script
+from ..connection.topology import Topology
+from ..ids import partition_of
+from ..places import place_changes, place_of
+from .codec import changes, field_map, flat, record_from_fields
+from .keys import KeySchema
+from .places import ValkeyPlaces
 
 CREATE: Final = Script(
     "create a task",

@@ -26,17 +26,19 @@ from typing import Any, Final, TypeVar
 
 from valkey.exceptions import ResponseError
 
-from .base import Run, TaskStoreUnavailable
-from .keys import LEGACY_PARTITION, PARTITION_TAGS, KeySchema, partition_of
-from .plumbing import Topology, unavailable_on_connection_errors
+from ..base import Run, TaskStoreUnavailable
+from ..connection.refusals import unavailable_on_connection_errors
+from ..connection.topology import Topology
+from ..ids import LEGACY_PARTITION, PARTITION_TAGS, partition_of
+from .keys import KeySchema
 from .queue_scripts import HEARTBEAT, RECLAIM, REQUEUE
+from .readers import READER_BLOCK_MS, PartitionReaders
 
 logger = logging.getLogger("ext_tasks.store")
 T = TypeVar("T")
 
 #: How often one worker trims the streams it reclaims from (trimming is housekeeping, not correctness).
 _TRIM_EVERY_S: Final = 30.0
-_READER_BLOCK_MS: Final = 1000
 
 
 def _run(task_id: str, delivery: str, fields: dict[str, str]) -> Run:
@@ -57,15 +59,22 @@ class ValkeyRunQueue:
         self._reclaim = RECLAIM.bind(self._client, topology)
         self._requeue = REQUEUE.bind(self._client, topology)
         self._heartbeat = HEARTBEAT.bind(self._client)
-        self._readers: _PartitionReaders | None = None
+        self._readers: PartitionReaders | None = None
 
-    async def open_queue(self) -> None:
+    @property
+    def partitions(self) -> list[str]:
+        return self._partitions
+
+    async def open(self) -> None:
         """Create each partition's consumer group (idempotently); on one Valkey, also read the single
         stream of earlier versions for as long as it holds runs."""
         with unavailable_on_connection_errors():
             for partition in PARTITION_TAGS:
                 await self._create_group(partition)
-            if not self._topology.cluster and await self._client.exists(self.keys.runs(LEGACY_PARTITION)):
+            # The stream of earlier versions lives in no partition's slot: one command reads it with the
+            # others only where a command may span slots (never on a cluster, which earlier versions
+            # did not support).
+            if self._topology.spans_slots and await self._client.exists(self.keys.runs(LEGACY_PARTITION)):
                 await self._create_group(LEGACY_PARTITION)
                 self._partitions = [*PARTITION_TAGS, LEGACY_PARTITION]
 
@@ -86,10 +95,10 @@ class ValkeyRunQueue:
                 if "NOGROUP" not in str(exc):
                     raise
             logger.warning("a run queue consumer group was gone (Valkey came back empty?); creating it again")
-            await self.open_queue()
+            await self.open()
             return await command()
 
-    async def close_queue(self) -> None:
+    async def close(self) -> None:
         await self._stop_readers()
         surplus, self._surplus = self._surplus, []
         for run in surplus:  # taken, never started: give them back rather than wait for a reclaim
@@ -110,13 +119,13 @@ class ValkeyRunQueue:
         if self._surplus:
             runs, self._surplus = self._surplus[:count], self._surplus[count:]
             return runs
-        if self._topology.cluster:
+        if not self._topology.spans_slots:  # one command cannot read every partition's stream
             if self._readers is None or self._readers.consumer != consumer:
                 await self._stop_readers()
                 for run in self._surplus:  # another consumer's: back to the queue, uncounted
                     await self._return_run(run, started=False)
                 self._surplus = []
-                self._readers = _PartitionReaders(self, consumer)
+                self._readers = PartitionReaders(self, consumer)
             return await self._readers.take(count, block_ms)
         runs = await self._read_all(consumer, block_ms)
         self._surplus = runs[count:]
@@ -127,38 +136,25 @@ class ValkeyRunQueue:
         streams = [self.keys.runs(partition) for partition in self._partitions]
         return await self._take(streams, consumer, block_ms)
 
-    async def _take(self, streams: list[str], consumer: str, block_ms: int, node: Any = None) -> list[Run]:
-        """``XREADGROUP`` of ``streams`` (one slot's, on a cluster: ``node`` serves it). When writes must
-        be confirmed, so is taking a run: a claim the replicas do not have could be lost in a promotion
-        and the run handed to a second worker while the first still runs it; a claim they did not
-        confirm in time fails as "unavailable", its runs left to be reclaimed, never started."""
+    async def _take(self, streams: list[str], consumer: str, block_ms: int) -> list[Run]:
+        """``XREADGROUP`` of ``streams`` (one slot's, on a cluster). When writes must be confirmed, so
+        is taking a run: a claim the replicas do not have could be lost in a promotion and the run
+        handed to a second worker while the first still runs it; a claim they did not confirm in time
+        fails as "unavailable", its runs left to be reclaimed, never started."""
         command: list[str | int] = ["XREADGROUP", "GROUP", self.keys.run_group, consumer, "COUNT", 1]
         command += ["BLOCK", block_ms, "STREAMS", *streams, *(">" for _ in streams)]
 
         async def read() -> Any:
             if self._topology.confirms:
-                return self._parse_read(await self._topology.confirmed(streams[0], *command))
-            if node is None:
-                return await self._client.execute_command(*command)
-            # Sent to the stream's node directly: left to find the key itself, the cluster client would
-            # first ask the server (COMMAND GETKEYS) on every read; a slot that moved meanwhile still
-            # answers MOVED, which the client follows.
-            return await self._client.execute_command(*command, target_nodes=node)
+                return await self._topology.confirmed(streams[0], *command)
+            return await self._client.execute_command(*command, **self._topology.routing(streams[0]))
 
         reply = await self._on_queue(read)
         return [_run(fields["task"], entry_id, fields) for _, entries in reply or [] for entry_id, fields in entries]
 
-    async def read_partition(self, consumer: str, partition: str, block_ms: int) -> list[Run]:
+    async def read_partition(self, consumer: str, partition: str, block_ms: int = READER_BLOCK_MS) -> list[Run]:
         """One blocking read of one partition (a cluster)."""
-        stream = self.keys.runs(partition)
-        return await self._take([stream], consumer, block_ms, node=self._client.get_node_from_key(stream))
-
-    def _parse_read(self, reply: Any) -> Any:
-        """An ``XREADGROUP`` reply read off a connection directly (one Valkey), as the client parses it;
-        a cluster node's replies come parsed already."""
-        if self._topology.cluster or not isinstance(reply, list):
-            return reply
-        return self._client.response_callbacks["XREADGROUP"](reply)
+        return await self._take([self.keys.runs(partition)], consumer, block_ms)
 
     # --- keeping, returning and acknowledging runs -----------------------------------------------------
 
@@ -261,85 +257,3 @@ def _by_stream(keys: KeySchema, runs: Iterable[Run]) -> dict[str, list[str]]:
     for run in runs:
         grouped.setdefault(keys.runs(partition_of(run.task_id)), []).append(run.delivery)
     return grouped
-
-
-class _PartitionReaders:
-    """One blocking reader per partition (a cluster), reading only while the worker has room."""
-
-    def __init__(self, queue: ValkeyRunQueue, consumer: str) -> None:
-        self.consumer = consumer
-        self._queue = queue
-        self._ready: asyncio.Queue[Run] = asyncio.Queue()
-        self._wanted = 0
-        self._demand = asyncio.Event()
-        self._closing = False
-        self._readers = [
-            asyncio.create_task(self._read(partition), name=f"ext-tasks-runs-{partition}")
-            for partition in queue._partitions
-        ]
-
-    def buffered(self) -> list[Run]:
-        """Runs read but not yet handed to the worker (they are ours: keep them heartbeated)."""
-        return list(self._ready._queue)  # type: ignore[attr-defined]
-
-    async def take(self, count: int, block_ms: int) -> list[Run]:
-        runs = self._drain(count)
-        if not runs:
-            self._wanted = count
-            self._demand.set()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(block_ms / 1000):
-                    runs.append(await self._ready.get())
-            runs += self._drain(count - len(runs))
-        self._wanted = 0
-        self._demand.clear()
-        return runs
-
-    def _drain(self, count: int) -> list[Run]:
-        runs: list[Run] = []
-        while len(runs) < count and not self._ready.empty():
-            runs.append(self._ready.get_nowait())
-        return runs
-
-    async def _read(self, partition: str) -> None:
-        me = asyncio.current_task()
-        assert me is not None
-        while True:
-            await self._demand.wait()
-            if self._closed():
-                return
-            try:
-                runs = await self._queue.read_partition(self.consumer, partition, _READER_BLOCK_MS)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - the store is away: the worker's loop reports it
-                logger.debug("reading partition %s failed (%s)", partition, type(exc).__name__)
-                await asyncio.sleep(1.0)
-                continue
-            for run in runs:
-                self._ready.put_nowait(run)
-                self._wanted -= 1
-            if self._closed():  # asked to stop while reading: what it read is kept in buffered()
-                return
-            if self._wanted <= 0:
-                # (Never after close(): clearing its wake-up would leave this reader waiting for demand
-                # until close() gives up on it, 2 s later, on every close of a cluster store.)
-                self._demand.clear()
-            if me.cancelling():
-                # The cluster client can swallow a cancellation that lands while a blocking read times
-                # out (it returns the empty reply instead); honour it here, or shutdown waits forever.
-                raise asyncio.CancelledError
-
-    def _closed(self) -> bool:
-        return self._closing
-
-    async def close(self) -> None:
-        """Stop reading: a read in progress may still deliver (within its block time); it is kept in
-        :meth:`buffered` for the caller to give back. Cancelling it instead would lose its reply, and
-        the run would wait for a reclaim."""
-        self._closing = True
-        self._demand.set()  # wake the idle readers: they see the flag and return
-        _, late = await asyncio.wait(self._readers, timeout=_READER_BLOCK_MS / 1000 + 1.0)
-        for reader in late:
-            reader.cancel()
-        await asyncio.gather(*self._readers, return_exceptions=True)

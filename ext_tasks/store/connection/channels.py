@@ -26,8 +26,10 @@ from typing import Any, Final
 
 from valkey.asyncio.connection import Connection
 
-from .base import TaskStoreUnavailable
-from .plumbing import Endpoint, Topology, unavailable_on_connection_errors
+from .errors import TaskStoreUnavailable
+from .refusals import unavailable_on_connection_errors
+from .topology import Topology
+from .urls import Endpoint
 
 logger = logging.getLogger("ext_tasks.store")
 

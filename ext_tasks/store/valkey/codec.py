@@ -10,10 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-import msgspec
-
-from ..protocol.states import TaskStatus
-from ..protocol.tasks import TaskRecord
+from ...protocol.states import TaskStatus
+from ...protocol.tasks import TaskRecord
+from ..connection.jsontext import decode_json, encode_json
 
 _JSON_FIELDS: Final = (
     "arguments",
@@ -25,16 +24,6 @@ _JSON_FIELDS: Final = (
     "error",
     "asked_as",
 )
-_encoder: Final = msgspec.json.Encoder()
-_decoder: Final = msgspec.json.Decoder()
-
-
-def encode_json(value: Any) -> str:
-    return _encoder.encode(value).decode()
-
-
-def decode_json(text: str | bytes) -> Any:
-    return _decoder.decode(text)
 
 
 def _scalar_fields(record: TaskRecord) -> dict[str, str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from .scripts import Script
+from ..connection.scripts import Script
 
 RECLAIM: Final = Script(
     "reclaim idle runs",

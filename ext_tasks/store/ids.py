@@ -1,0 +1,61 @@
+"""Task ids and partitions: which partition (and so which Valkey hash slot) a task and an idempotency
+key belong to. The Valkey key schema built on them is :mod:`.valkey.keys`.
+
+On a Valkey Cluster a script may only touch keys of one hash slot, and a key's slot is decided by its
+``{hash tag}``. So every key is built around a tag, chosen so that each atomic step stays in one slot:
+
+* **Partitions.** The run queue is split into :data:`PARTITIONS` streams, one per partition tag
+  (:data:`PARTITION_TAGS`). A task belongs to one partition and its id *begins with* the partition's
+  tag (``bd.Q2x...``), so every key of the task (record, tombstone, its partition's stream, its event
+  channel) is found from the id alone and lives in the partition's slot. The tags were picked so that
+  their slots fall into sixteen equal ranges of the slot space: a cluster whose primaries share the
+  slots evenly shares the partitions evenly too.
+* **Idempotency.** A task created with an idempotency key takes the partition named by that
+  (principal-scoped) key, so every resend, on any instance, lands on the slot that holds the key and
+  the check-and-create stays one script.
+* **Owners.** A principal's places (the active and stored caps) are one sorted set in the principal's
+  own slot, and the bytes they are charged (the byte budget) a hash in the same slot; creating a task
+  takes a place there first (see :mod:`.valkey.places`).
+* **Task ids of earlier versions** (no tag) keep the key names they were created with, and their runs
+  the single stream of earlier versions, which workers on one Valkey still read until it is empty.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from typing import Final
+
+#: Partitions of the run queue (and of the task records). Fixed: changing it would re-home every task.
+PARTITIONS: Final = 16
+#: One hash tag per partition; the CRC16 slot of the n-th lies in the n-th sixteenth of the slot space
+#: (checked by tests/unit/test_keys.py).
+PARTITION_TAGS: Final = ("bd", "ai", "b9", "a0", "ba", "ah", "b8", "a1", "bb", "ak", "c8", "a2", "bc", "aj", "c9", "a3")
+_KNOWN_TAGS: Final = frozenset(PARTITION_TAGS)
+#: The pseudo-partition of runs queued by versions before partitions (one Valkey only).
+LEGACY_PARTITION: Final = "legacy"
+_SEPARATOR: Final = "."
+
+
+def digest(value: str, size: int = 16) -> str:
+    """A short, fixed-length stand-in for ``value`` in key names (principals may be long or odd)."""
+    return hashlib.sha256(value.encode()).hexdigest()[:size]
+
+
+def partition_of_key(key: str) -> str:
+    """The partition a (principal-scoped) idempotency key maps to, and with it the task created under it."""
+    return PARTITION_TAGS[int(digest(key, 8), 16) % PARTITIONS]
+
+
+def new_task_id(partition: str | None = None) -> str:
+    """``<partition tag>.<144 random bits>``: task ids may act as bearer tokens, so the part after the
+    tag must not be guessable; a random partition unless one is asked for."""
+    tag = partition if partition is not None else PARTITION_TAGS[secrets.randbelow(PARTITIONS)]
+    return f"{tag}{_SEPARATOR}{secrets.token_urlsafe(18)}"
+
+
+def partition_of(task_id: str) -> str:
+    """The partition of a task id; :data:`LEGACY_PARTITION` for ids without a known tag (ids of earlier
+    versions, or anything a client made up)."""
+    tag, separator, rest = task_id.partition(_SEPARATOR)
+    return tag if separator and rest and tag in _KNOWN_TAGS else LEGACY_PARTITION
