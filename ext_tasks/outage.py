@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from typing import Final, TypeVar
 
 from .protocol.tasks import TaskRecord
-from .store.base import Run, TaskStore, TaskStoreUnavailable
+from .store.base import Records, Run, TaskStoreUnavailable
 
 T = TypeVar("T")
 
@@ -48,7 +48,7 @@ async def through_outage(read: Callable[[], Awaitable[T]], deadline: float | Non
 
 
 async def commit_through_outage(
-    store: TaskStore,
+    store: Records,
     before: TaskRecord,
     after: TaskRecord,
     *,

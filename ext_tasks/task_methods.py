@@ -24,7 +24,7 @@ import math
 import random
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from .auth import Principal, grant_of
 from .context import Emit
@@ -53,11 +53,14 @@ from .protocol.tasks import (
 from .protocol.tasks import task_event as store_event
 from .store.base import (
     ActiveLimit,
+    Broadcast,
+    Claims,
     ExistingTask,
     Expired,
     IdempotencyClaim,
     OverCap,
-    TaskStore,
+    OwnerPlaces,
+    Records,
     TooManyActiveTasks,
     TooManyStoredTasks,
 )
@@ -114,10 +117,19 @@ def _scoped(scope: str, value: str) -> str:
     return hashlib.sha256(f"{scope}\0{value}".encode()).hexdigest()
 
 
+class EngineStore(Records, Claims, Broadcast, Protocol):
+    """What the engine uses of a task store: the records, claims (poll rate limits), the broadcast its
+    change hub follows, and the owners' places it grows before merging answers (no run queue, no
+    opening or closing: the composition root does that)."""
+
+    @property
+    def places(self) -> OwnerPlaces: ...
+
+
 class TaskMethods:
     def __init__(
         self,
-        store: TaskStore,
+        store: EngineStore,
         options: TaskOptions | None = None,
         *,
         clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),

@@ -36,7 +36,7 @@ import os
 import socket
 import time
 from collections.abc import Awaitable, Callable
-from typing import Final
+from typing import Final, Protocol
 
 import msgspec
 
@@ -60,7 +60,7 @@ from .protocol.tasks import (
     status_reported,
 )
 from .protocol.versions import MODERN_2026_07_28
-from .store.base import Run, TaskStore, TaskStoreUnavailable
+from .store.base import Broadcast, Records, Run, RunQueue, TaskStoreUnavailable
 from .tools import ToolRegistry
 
 logger = logging.getLogger("ext_tasks.worker")
@@ -78,10 +78,15 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+class WorkerStore(RunQueue, Records, Broadcast, Protocol):
+    """What a worker uses of a task store: the run queue, the records its runs change, and the
+    broadcast it watches for a cancellation (no claims, no owners' places, no opening or closing)."""
+
+
 class Worker:
     def __init__(
         self,
-        store: TaskStore,
+        store: WorkerStore,
         registry: ToolRegistry,
         options: WorkerOptions | None = None,
         *,

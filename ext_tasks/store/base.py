@@ -5,7 +5,11 @@
 * :class:`Broadcast`: the changes of one task, to whoever watches it (listeners, the worker running it).
 * :class:`Claims`: single-use keys with a lifetime (single-use requestState, poll-rate limits).
 
-:class:`TaskStore` is all four plus opening and closing. Guarantees every implementation gives (the
+:class:`TaskStore` is all four plus the owners' places, opening and closing: what the composition root
+builds and the contract tests check. A consumer is typed by the nouns it uses, not by it: the engine's
+task methods by records, claims and broadcast (``EngineStore`` in :mod:`ext_tasks.task_methods`), a
+worker by the queue, records and broadcast (``WorkerStore`` in :mod:`ext_tasks.worker`), a commit
+through an outage by the records, the legacy shim by the places. Guarantees every implementation gives (the
 contract tests in ``tests/contract`` check them on memory, one Valkey and a Valkey Cluster):
 
 * ``create`` is durable before it returns, and queues the task's first run in the same atomic step.

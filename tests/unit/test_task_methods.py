@@ -553,10 +553,10 @@ async def send_without_mcp_name(engine: Engine, method: str, params: dict[str, A
 
 
 @pytest.mark.parametrize("method", TASK_METHODS)
-async def test_a_missing_mcp_name_is_served_and_counted(engine: Engine, method: str) -> None:
+async def test_a_missing_mcp_name_is_served_and_counted(engine: Engine, store: MemoryTaskStore, method: str) -> None:
     # Real tasks clients send Mcp-Method but no Mcp-Name on tasks/*: the body's taskId is authoritative.
     task_id = await create_task(engine, "survey")
-    await Worker(engine.tasks.store, engine.registry).execute(task_id)  # type: ignore[union-attr]
+    await Worker(store, engine.registry).execute(task_id)
     before = REGISTRY.get_sample_value("ext_tasks_header_tolerated_total", {"header": "Mcp-Name"}) or 0.0
     reply = await send_without_mcp_name(engine, method, task_params(method, task_id))
     assert reply.status == 200, reply.message
