@@ -37,7 +37,7 @@ _SWEEP_EVERY_S: Final = 60.0
 _INDEX_LIFETIME_S: Final = 7 * 86_400.0
 _INDEX_PER_SCOPE: Final = 10_000
 _IDENTITY_CHARS: Final = 200
-#: Messages one subscriber of a session's bus may have waiting, as on Valkey (``store/channels.py``):
+#: Messages one subscriber of a session's bus may have waiting, as on Valkey (``store/connection/channels.py``):
 #: past it the oldest is dropped, so a stream that does not read holds no more.
 _BUS_QUEUE: Final = 1024
 

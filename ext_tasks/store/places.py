@@ -4,7 +4,7 @@ Every task kept has a place among its owner's: its expiry, whether it is unfinis
 is charged (:func:`~ext_tasks.protocol.tasks.stored_bytes`). The caps of an
 :class:`~.base.ActiveLimit` are checked against an owner's places and a new place is taken in one
 atomic step (here: one method that never awaits; on Valkey: one script in the owner's slot, see
-:mod:`.valkey_places`), so no interleaving of creations goes past them.
+:mod:`.valkey.places`), so no interleaving of creations goes past them.
 
 What a task is charged, and when:
 

@@ -1,4 +1,4 @@
-"""The store's health as the process sees it (:mod:`ext_tasks.store.health`), on real Valkeys.
+"""The store's health as the process sees it (:mod:`ext_tasks.store.connection.health`), on real Valkeys.
 
 - **Refusing writes.** While a primary is at ``maxmemory`` under ``noeviction`` a ``PING`` still
   passes; the readiness probe does not (one ``INFO memory`` per primary), and passes again once memory

@@ -1,4 +1,4 @@
-"""Which of Valkey's error replies are refusals that pass (:func:`ext_tasks.store.refusals.refusal_reason`),
+"""Which of Valkey's error replies are refusals that pass (:func:`ext_tasks.store.connection.refusals.refusal_reason`),
 built by valkey-py's own parser and pipeline, for the replies a test server cannot easily be made to send
 (a failed background save, a failover unblocking a read); the others are checked against real servers in
 ``tests/contract/test_store_refusals.py``."""

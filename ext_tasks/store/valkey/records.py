@@ -2,7 +2,7 @@
 
 Creating a task is at most two atomic steps, each in one slot:
 
-1. **Take a place** among the owner's (only when a cap is configured; :mod:`.valkey_places`): one
+1. **Take a place** among the owner's (only when a cap is configured; :mod:`.places`): one
    script in the owner's slot forgets lapsed places when a cap is reached, checks the caps (unfinished
    tasks, kept tasks, bytes kept) and takes the place, charged the record's size, so the caps are
    **exact** under any concurrency, across instances and shards. A task that finishes settles its
