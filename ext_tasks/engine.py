@@ -78,7 +78,7 @@ class Engine:
         self.waits = waits or WaitLimit(self.options.max_waits)
         #: The costly requests' budget per principal (shared with the HTTP edge, which charges bodies).
         self.pacing = pacing or Pacing(self.options.pacing_rate, self.options.pacing_burst)
-        self.hub = ChangeHub(tasks.store.watch, tasks.event_of) if tasks is not None else ChangeHub()
+        self.hub = ChangeHub(tasks.store.watch, tasks.record_of) if tasks is not None else ChangeHub()
         cache = CacheOptions(self.options.cache_ttl_ms, cache_scope)
         self.core = CoreMethods(registry, codec, cache, tasks, claim_once=claim_once)
         self.subscriptions = Subscriptions(

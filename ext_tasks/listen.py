@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, Final
 
 from .auth import Principal
-from .notify import ChangeEvent, ChangeHub
+from .notify import ChangeEvent, ChangeHub, task_notification
 from .pacing import Pacing, listen_cost
 from .protocol.jsonrpc import RequestId, notification_message
 from .protocol.versions import META_SUBSCRIPTION_ID
@@ -110,7 +110,6 @@ def _notification(
         return notification_message(LIST_CHANGED[event.kind][1], {})
     if event.kind == "resource" and event.uri in watched:
         return notification_message("notifications/resources/updated", {"uri": event.uri})
-    if event.kind == "task" and event.task is not None and event.task.get("owner") == principal.id:
-        # The full DetailedTask, as tasks/get would show it at that commit (ext spec §3.9).
-        return notification_message("notifications/tasks", dict(event.task["task"]))
+    if event.kind == "task" and event.task is not None and event.task.owner == principal.id:
+        return notification_message("notifications/tasks", task_notification(event.task))
     return None

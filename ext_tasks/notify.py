@@ -26,32 +26,41 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Final
 
+from .protocol.tasks import TaskRecord, detailed_task_wire
+
 logger = logging.getLogger("ext_tasks.notify")
 
 _QUEUE_SIZE: Final = 256
 _BACKOFF_MAX_S: Final = 5.0
 
-#: The store's ``watch``: a task's changes (``None`` when live, and again after a break).
-Watch = Callable[[str], AbstractAsyncContextManager[asyncio.Queue[dict[str, Any] | None]]]
-#: The store event of a task as it is now, or ``None`` if it is gone.
-CurrentEvent = Callable[[str], Awaitable[dict[str, Any] | None]]
+#: The store's ``watch``: a task's record at each commit (``None`` when live, and again after a break).
+Watch = Callable[[str], AbstractAsyncContextManager[asyncio.Queue[TaskRecord | None]]]
+#: A task's record as it is now, or ``None`` if it is gone.
+CurrentRecord = Callable[[str], Awaitable[TaskRecord | None]]
+
+
+def task_notification(record: TaskRecord) -> dict[str, Any]:
+    """The wire shape of a task's change (the params of ``notifications/tasks``): the full
+    ``DetailedTask``, as ``tasks/get`` would show it at that commit (ext spec §3.9). Rendered here, once
+    per change and process, not by the store at every commit."""
+    return detailed_task_wire(record, record.updated_at_ms)
 
 
 @dataclass(frozen=True, slots=True)
 class ChangeEvent:
     """``kind`` is ``tools``, ``prompts``, ``resources`` (list changed), ``resource`` (``uri`` updated)
-    or ``task`` (``task`` is the store's event: id, owner, version and the DetailedTask)."""
+    or ``task`` (``task`` is the record as the commit left it; :func:`task_notification` renders it)."""
 
     kind: str
     uri: str | None = None
-    task: dict[str, Any] | None = None
+    task: TaskRecord | None = None
 
 
 _CLOSED: Final = ChangeEvent(kind="__closed__")
 
 
 class ChangeHub:
-    def __init__(self, watch: Watch | None = None, current: CurrentEvent | None = None) -> None:
+    def __init__(self, watch: Watch | None = None, current: CurrentRecord | None = None) -> None:
         self._queues: set[asyncio.Queue[ChangeEvent]] = set()
         self._watching: dict[asyncio.Queue[ChangeEvent], frozenset[str]] = {}
         self._watch = watch
@@ -137,26 +146,24 @@ class ChangeHub:
             backoff_s = min(backoff_s * 2, _BACKOFF_MAX_S)
             # The next subscription's first live moment is a reconnection: the loop above catches up.
 
-    def _dispatch(self, event: dict[str, Any]) -> None:
-        task_id = event.get("taskId")
-        version = event.get("version")
-        if isinstance(task_id, str) and isinstance(version, int):
-            if version <= self._versions.get(task_id, 0):
-                return  # already handed on (a catch-up raced the change itself)
-            self._versions[task_id] = version
+    def _dispatch(self, record: TaskRecord) -> None:
+        task_id = record.task_id
+        if record.version <= self._versions.get(task_id, 0):
+            return  # already handed on (a catch-up raced the change itself)
+        self._versions[task_id] = record.version
         for queue, watched in list(self._watching.items()):
             if task_id in watched:
-                _put_dropping_oldest(queue, ChangeEvent(kind="task", task=event))
+                _put_dropping_oldest(queue, ChangeEvent(kind="task", task=record))
 
     async def _catch_up(self, task_id: str) -> None:
         if self._current is None:
             return
         try:
-            event = await self._current(task_id)
+            record = await self._current(task_id)
         except Exception:  # noqa: BLE001 - the store broke again: the next live moment retries
             return
-        if event is not None:
-            self._dispatch(event)
+        if record is not None:
+            self._dispatch(record)
             return
         # Lost with the store (it came back empty): a stream watching it ends with its final result;
         # the client subscribes again and learns from the new acknowledgement which tasks are left.

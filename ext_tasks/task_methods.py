@@ -50,7 +50,6 @@ from .protocol.tasks import (
     status_only_wire,
     task_wire,
 )
-from .protocol.tasks import task_event as store_event
 from .store.base import (
     ActiveLimit,
     Broadcast,
@@ -233,11 +232,11 @@ class TaskMethods:
         # Another principal's task answers exactly like one that never existed.
         raise InvalidParams("Failed to retrieve task: Task not found")
 
-    async def event_of(self, task_id: str) -> dict[str, Any] | None:
-        """The task as its store event would show it now (``None`` if it is gone), for listeners that
-        catch up after missing events."""
+    async def record_of(self, task_id: str) -> TaskRecord | None:
+        """The task's record now (``None`` if it is gone), for listeners that catch up after missing
+        changes."""
         found = await self.store.lookup(task_id)
-        return store_event(found) if isinstance(found, TaskRecord) else None
+        return found if isinstance(found, TaskRecord) else None
 
     async def owned(self, task_ids: Sequence[str], principal: Principal) -> list[str]:
         """Those of ``task_ids`` that are live tasks of ``principal`` (one store round trip)."""

@@ -210,7 +210,7 @@ class Worker:
                             found = await self.store.lookup(run.task_id)
                             gone = not isinstance(found, TaskRecord) or found.status is TaskStatus.CANCELLED
                         else:
-                            gone = change.get("task", {}).get("status") == TaskStatus.CANCELLED.value
+                            gone = change.status is TaskStatus.CANCELLED
                         if gone:
                             execution.cancel()
                             return

@@ -310,14 +310,3 @@ def status_only_wire(record: TaskRecord, now_ms: int | None = None) -> dict[str,
 
 def attempts_meta(record: TaskRecord) -> dict[str, Any]:
     return {META_RUN_ATTEMPTS: record.attempts}
-
-
-def task_event(record: TaskRecord) -> dict[str, Any]:
-    """What a store announces on every committed change: who may see it, and the task as ``tasks/get``
-    would show it at that moment (the ``DetailedTask`` of ``notifications/tasks``)."""
-    return {
-        "taskId": record.task_id,
-        "owner": record.owner,
-        "version": record.version,
-        "task": detailed_task_wire(record, record.updated_at_ms),
-    }

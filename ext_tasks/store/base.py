@@ -38,7 +38,7 @@ import asyncio
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Final, Protocol
 
 from ..protocol.tasks import TaskRecord
 from .connection.errors import TaskStoreUnavailable as TaskStoreUnavailable  # raised there, caught from here
@@ -168,9 +168,9 @@ class Run:
 
 
 #: What a watcher of a task receives: ``None`` when the subscription is live (again, after a break:
-#: changes may have been missed, read the record), else the task's event
-#: (:func:`~ext_tasks.protocol.tasks.task_event`).
-WatchItem = dict[str, Any] | None
+#: changes may have been missed, read the record), else the record as that commit left it. The store
+#: publishes record versions; what a client is sent of one is rendered above it (:mod:`ext_tasks.notify`).
+WatchItem = TaskRecord | None
 
 
 class Records(Protocol):

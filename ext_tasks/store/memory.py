@@ -19,7 +19,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Final
 
-from ..protocol.tasks import TaskRecord, task_event
+from ..protocol.tasks import TaskRecord
 from .base import TOMBSTONE_MS, ActiveLimit, ExistingTask, Expired, IdempotencyClaim, Run, WatchItem
 from .ceilings import CEILING, within_ceiling
 from .places import MemoryPlaces, place_changes, place_of
@@ -142,11 +142,10 @@ class MemoryTaskStore:
             await self.places.settle(place_of(after))  # never suspends
         if enqueue:
             self._queue.put_nowait((after.task_id, 0))
-        event = task_event(after)
         for watcher in self._watchers.get(after.task_id, ()):
             if watcher.full():  # a watcher too slow to keep up loses its oldest changes, not our memory
                 watcher.get_nowait()
-            watcher.put_nowait(event)
+            watcher.put_nowait(after)
         return True
 
     async def claim(self, key: str, ttl_ms: int) -> bool:

@@ -277,13 +277,14 @@ async def test_a_watcher_gets_every_commit_of_its_task_in_order_and_nothing_else
         assert not await store.commit(halfway, done)  # a lost commit announces nothing
         first, second = await next_item(changes), await next_item(changes)
         assert changes.empty()
-    seen = [cast(dict[str, Any], item) for item in (first, second)]
-    assert [(event["taskId"], event["version"], event["owner"]) for event in seen] == [
+    seen = [cast(TaskRecord, item) for item in (first, second)]
+    assert [(event.task_id, event.version, event.owner) for event in seen] == [
         (record.task_id, 2, "alice"),
         (record.task_id, 3, "alice"),
     ]
-    assert [event["task"]["status"] for event in seen] == ["working", "completed"]
-    assert seen[0]["task"]["statusMessage"] == "halfway"
+    assert [event.status.value for event in seen] == ["working", "completed"]
+    assert seen[0].status_message == "halfway"
+    assert seen == [halfway, done]  # the record as each commit left it, every field
 
 
 async def test_a_cancellation_reaches_the_watcher_of_the_task(store: TaskStore) -> None:
@@ -292,8 +293,8 @@ async def test_a_cancellation_reaches_the_watcher_of_the_task(store: TaskStore) 
     async with store.watch(record.task_id) as changes:
         assert await next_item(changes) is None
         assert await store.commit(record, cancelled(record, record.created_at_ms + 1))
-        event = cast(dict[str, Any], await next_item(changes))
-    assert event["task"]["status"] == "cancelled"
+        event = cast(TaskRecord, await next_item(changes))
+    assert event.status.value == "cancelled"
 
 
 # --- idempotency ------------------------------------------------------------------------------------------

@@ -16,12 +16,14 @@ import asyncio
 import collections
 import contextlib
 from collections.abc import AsyncIterator, Callable
-from typing import Any, Final
+from typing import Final
 
 import anyio
 import pytest
 
 from ext_tasks.notify import _QUEUE_SIZE, ChangeEvent, ChangeHub
+from ext_tasks.protocol.states import TaskStatus
+from ext_tasks.protocol.tasks import TaskRecord
 from ext_tasks.store.base import TaskStoreUnavailable
 
 pytestmark = pytest.mark.anyio
@@ -31,9 +33,20 @@ WAIT_S = 5
 BACKOFF_S = 0.09
 
 
-def task_event(task_id: str, version: int) -> dict[str, Any]:
-    """A store event as the store announces a commit (the owner and the DetailedTask beside the version)."""
-    return {"taskId": task_id, "owner": "alice", "version": version, "task": {"taskId": task_id, "v": version}}
+def task_event(task_id: str, version: int) -> TaskRecord:
+    """A record as the store publishes a commit."""
+    return TaskRecord(
+        task_id=task_id,
+        owner="alice",
+        tool="survey",
+        arguments={},
+        status=TaskStatus.WORKING,
+        version=version,
+        created_at_ms=1_000,
+        updated_at_ms=1_000 + version,
+        ttl_ms=60_000,
+        poll_interval_ms=500,
+    )
 
 
 def changed(task_id: str, version: int) -> ChangeEvent:
@@ -50,10 +63,10 @@ async def next_events(queue: asyncio.Queue[ChangeEvent], count: int) -> list[Cha
 
 
 #: What :meth:`Subscription.break_with` queues: the hub's read of it raises the error.
-_BREAK: Final[dict[str, Any]] = {}
+_BREAK: Final = task_event("break", 0)
 
 
-class Subscription(asyncio.Queue[dict[str, Any] | None]):
+class Subscription(asyncio.Queue[TaskRecord | None]):
     """One subscription's queue as the store hands it to the hub: changes, ``None`` when live (again),
     and a break the test asks for, raised by the hub's read once everything queued before it was read."""
 
@@ -65,7 +78,7 @@ class Subscription(asyncio.Queue[dict[str, Any] | None]):
         self._errors.append(error)
         self.put_nowait(_BREAK)
 
-    async def get(self) -> dict[str, Any] | None:
+    async def get(self) -> TaskRecord | None:
         item = await super().get()
         if item is _BREAK:
             raise self._errors.popleft()
@@ -116,7 +129,7 @@ class FakeWatch:
         (only,) = self._open[task_id]  # the hub never holds two subscriptions to one task
         return only
 
-    def push(self, task_id: str, item: dict[str, Any] | None) -> None:
+    def push(self, task_id: str, item: TaskRecord | None) -> None:
         self.subscription(task_id).put_nowait(item)
 
     def break_(self, task_id: str, error: Exception) -> None:
@@ -134,11 +147,11 @@ class FakeCurrent:
     ``fail`` makes its next read raise."""
 
     def __init__(self) -> None:
-        self.now: dict[str, dict[str, Any] | None] = {}
+        self.now: dict[str, TaskRecord | None] = {}
         self.fail: dict[str, Exception] = {}
         self.reads: list[str] = []
 
-    async def __call__(self, task_id: str) -> dict[str, Any] | None:
+    async def __call__(self, task_id: str) -> TaskRecord | None:
         self.reads.append(task_id)
         failed = self.fail.pop(task_id, None)
         if failed is not None:

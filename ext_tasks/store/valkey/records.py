@@ -13,8 +13,9 @@ Creating a task is at most two atomic steps, each in one slot:
    first run. When the idempotency key already names a task, the place taken is given back.
 
 A commit is a compare-and-set on ``version`` that writes only the changed fields, and in the same step
-may queue a run, acknowledge the run that produced it, and publish the change on the task's sharded
-channel: only if someone marked the task watched, so an unwatched task's commit publishes nothing.
+may queue a run, acknowledge the run that produced it, and publish the record as the commit left it
+(its hash, as a JSON object of its fields) on the task's sharded channel: only if someone marked the
+task watched, so an unwatched task's commit publishes nothing and costs no encoding.
 """
 
 from __future__ import annotations
@@ -23,9 +24,8 @@ import contextlib
 from collections.abc import Sequence
 from typing import Any, Final, cast
 
-from ...protocol.tasks import TaskRecord, task_event
+from ...protocol.tasks import TaskRecord
 from ..base import TOMBSTONE_MS, ActiveLimit, ExistingTask, Expired, IdempotencyClaim, OverCap, Run
-from ..connection.jsontext import encode_json
 from ..connection.refusals import unavailable_on_connection_errors
 from ..connection.scripts import Script
 from ..connection.topology import Topology
@@ -70,7 +70,7 @@ return 1
 COMMIT: Final = Script(
     "commit a change",
     keys=("record", "runs", "channel"),
-    args=("task_id", "expect_version", "dropped", "expires_at", "enqueue", "finishing", "group", "event"),
+    args=("task_id", "expect_version", "dropped", "expires_at", "enqueue", "finishing", "group"),
     body="""
 local seen = redis.call('HMGET', record, 'version', 'watched')
 if not seen[1] then return -1 end
@@ -84,7 +84,11 @@ end
 if expires_at ~= '' then redis.call('PEXPIREAT', record, expires_at) end
 if enqueue == '1' then redis.call('XADD', runs, '*', 'task', task_id) end
 if finishing ~= '' then redis.call('XACK', runs, group, finishing) end
-if seen[2] then redis.call('SPUBLISH', channel, event) end
+if seen[2] then
+  local flat, fields = redis.call('HGETALL', record), {}
+  for i = 1, #flat, 2 do fields[flat[i]] = flat[i + 1] end
+  redis.call('SPUBLISH', channel, cjson.encode(fields))
+end
 return 1
 """,
 )
@@ -215,7 +219,6 @@ class ValkeyRecords:
                     "enqueue": "1" if enqueue else "",
                     "finishing": "" if finishing is None else finishing.delivery,
                     "group": self.keys.run_group,
-                    "event": encode_json(task_event(after)),
                 },
                 rest=flat(changed),
             )

@@ -28,10 +28,16 @@ from ..connection.jsontext import decode_json
 from ..connection.pool import PoolSettings
 from ..connection.refusals import unavailable_on_connection_errors
 from ..connection.topology import Topology, connect
+from .codec import record_from_fields
 from .keys import KeySchema
 from .places import ValkeyPlaces
 from .queue import ValkeyRunQueue
 from .records import ValkeyRecords
+
+
+def published_record(text: str) -> TaskRecord:
+    """The record a commit published: its hash's fields, as one JSON object."""
+    return record_from_fields(decode_json(text))
 
 
 class ValkeyBroadcast:
@@ -46,7 +52,8 @@ class ValkeyBroadcast:
     async def watch(self, task_id: str) -> AsyncIterator[asyncio.Queue[WatchItem]]:
         """Subscribe to the task's channel, then mark the task watched so its commits are published:
         a commit after the mark reaches us; one before it is in the record a watcher reads on ``None``."""
-        async with self._channels.subscribe(self._records.keys.task_channel(task_id), decode_json) as events:
+        channel = self._records.keys.task_channel(task_id)
+        async with self._channels.subscribe(channel, published_record) as events:
             await self._records.mark_watched(task_id)
             yield events
 
