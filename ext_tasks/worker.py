@@ -41,6 +41,7 @@ from typing import Final
 import msgspec
 
 from .auth import principal_from_grant
+from .clock import now_ms
 from .context import Context, InputRequired, missing_capabilities
 from .invoke import invoke_tool
 from .lifecycle import task_event
@@ -74,10 +75,6 @@ _DEPTH_EVERY_S: Final = 15.0
 _Outcome = tuple[TaskEvent, TaskRecord]
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 class Worker:
     def __init__(
         self,
@@ -86,7 +83,7 @@ class Worker:
         options: WorkerOptions | None = None,
         *,
         consumer: str | None = None,
-        clock_ms: Callable[[], int] = _now_ms,
+        clock_ms: Callable[[], int] = now_ms,
     ) -> None:
         self.store = store
         self.registry = registry

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from ext_tasks.auth import Caller
+from ext_tasks.clock import now_ms
 from ext_tasks.protocol.errors import InvalidParams, ProtocolError
 from ext_tasks.protocol.jsonrpc import Request, notification_message, result_message
 from ext_tasks.protocol.resume import Binding, ResumeCodec
@@ -198,12 +199,12 @@ class LegacyTasks:
 
     async def register(self, session: LegacySession, task_id: str) -> None:
         """List a task the session created for ``tasks/list``, and have its GET stream follow it."""
-        await self.sessions.index_task(session.task_scope, task_id, _now_ms())
+        await self.sessions.index_task(session.task_scope, task_id, now_ms())
         await self.follow(session, task_id)
 
     async def follow(self, session: LegacySession, task_id: str) -> None:
         """Have the session's GET stream follow the task (its changes, its questions) from now on."""
-        if await self.sessions.index_task(session.watch_scope, task_id, _now_ms()):
+        if await self.sessions.index_task(session.watch_scope, task_id, now_ms()):
             await self.sessions.publish(session.session_id, {"kind": "watch", "taskId": task_id})
 
     async def task(self, session: LegacySession, task_id: str, caller: Caller, *, outcome: bool = False) -> Message:
@@ -351,7 +352,3 @@ class LegacyTasks:
         await self.sessions.mark_cancelled(task_id, ttl if isinstance(ttl, int) else 86_400_000)
         cancelled = legacy_task(await self.task(session, task_id, caller), cancelled_by_legacy=True)
         yield result_message(request.id, cancelled)
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)

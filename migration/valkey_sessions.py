@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterator
 from typing import Any, Final
 
+from ext_tasks.clock import now_ms
 from ext_tasks.store.channels import ShardedChannels
 from ext_tasks.store.codec import decode_json, encode_json
 from ext_tasks.store.keys import KeySchema
@@ -106,7 +106,7 @@ class ValkeySessionStore:
 
     async def create(self, session: LegacySession, cap: int) -> None:
         ttl_ms = self._ttl_s * 1000
-        now = _now_ms()
+        now = now_ms()
         with unavailable_on_connection_errors():
             placed = await self._take_place(
                 keys={"sessions_of": self._keys.sessions_of(session.principal)},
@@ -137,7 +137,7 @@ class ValkeySessionStore:
             session = LegacySession.from_json(decode_json(raw))
             # ... and its place among its principal's live sessions.
             await self._client.zadd(
-                self._keys.sessions_of(session.principal), {session_id: _now_ms() + self._ttl_s * 1000}, xx=True
+                self._keys.sessions_of(session.principal), {session_id: now_ms() + self._ttl_s * 1000}, xx=True
             )
         return session
 
@@ -203,7 +203,3 @@ class ValkeySessionStore:
             await self._channels.close()
         if self._owns_topology:
             await self._topology.close()
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
