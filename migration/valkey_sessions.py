@@ -21,12 +21,12 @@ from typing import Any, Final
 from ext_tasks.clock import now_ms
 from ext_tasks.store.channels import ShardedChannels
 from ext_tasks.store.codec import decode_json, encode_json
-from ext_tasks.store.keys import KeySchema
+from ext_tasks.store.keys import DEFAULT_PREFIX, KeySchema
 from ext_tasks.store.plumbing import MAX_CONNECTIONS, Topology, unavailable_on_connection_errors
 from ext_tasks.store.scripts import Script
 from ext_tasks.store.valkey_places import ValkeyPlaces
 
-from .sessions import RECONNECTED, LegacySession, TooManySessions
+from .sessions import RECONNECTED, SESSION_TTL_S, LegacySession, TooManySessions
 
 #: Take a key unless another holder has it; extend it for the same holder.
 HOLD: Final = Script(
@@ -82,8 +82,8 @@ class ValkeySessionStore:
         self,
         target: str | Topology,
         *,
-        prefix: str = "ext-tasks",
-        ttl_s: int = 3600,
+        prefix: str = DEFAULT_PREFIX,
+        ttl_s: int = SESSION_TTL_S,
         max_connections: int = MAX_CONNECTIONS,
         channels: ShardedChannels | None = None,
     ) -> None:

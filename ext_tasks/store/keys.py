@@ -35,6 +35,8 @@ _KNOWN_TAGS: Final = frozenset(PARTITION_TAGS)
 #: The pseudo-partition of runs queued by versions before partitions (one Valkey only).
 LEGACY_PARTITION: Final = "legacy"
 _SEPARATOR: Final = "."
+#: The first part of every key name, unless configured (``EXT_TASKS_VALKEY_PREFIX``).
+DEFAULT_PREFIX: Final = "ext-tasks"
 
 
 def digest(value: str, size: int = 16) -> str:
@@ -63,7 +65,7 @@ def partition_of(task_id: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class KeySchema:
-    prefix: str = "ext-tasks"
+    prefix: str = DEFAULT_PREFIX
 
     # --- one task ---------------------------------------------------------------------------------
 
