@@ -26,16 +26,23 @@ from pydantic_settings import BaseSettings, EnvSettingsSource, NoDecode, Pydanti
 
 from .auth import parse_token_map
 from .auth.checks import check_auth_options
-from .options import SECTIONS, AuthOptions, EngineOptions, LegacyOptions, ProxyOptions, TaskOptions, WorkerOptions
+from .options import (
+    SECTIONS,
+    VALKEY_ACK_TIMEOUT_MS,
+    VALKEY_MAX_CONNECTIONS,
+    VALKEY_MIN_REPLICA_ACKS,
+    VALKEY_PREFIX,
+    AuthOptions,
+    EngineOptions,
+    LegacyOptions,
+    ProxyOptions,
+    TaskOptions,
+    WorkerOptions,
+)
 from .protocol.resume import STATE_TTL_S, parse_key
-from .store.acks import ReplicaAcks
-from .store.keys import DEFAULT_PREFIX
-from .store.plumbing import MAX_CONNECTIONS
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
 PREFIX: Final = "EXT_TASKS_"
-#: The store's own defaults, which the settings take rather than write again.
-_ACKS: Final = ReplicaAcks()
 
 
 class ConfigError(ValueError):
@@ -100,10 +107,10 @@ class Settings(BaseSettings):
     tokens: Mapping[str, str] = Field(default_factory=dict, repr=False)
     tokens_file: Path | None = Field(default=None, repr=False)
     valkey_url: str | None = Field(default=None, repr=False)  # may carry a password
-    valkey_prefix: str = DEFAULT_PREFIX
-    valkey_max_connections: int = Field(MAX_CONNECTIONS, ge=4)
-    valkey_min_replica_acks: int = Field(_ACKS.replicas, ge=0)
-    valkey_ack_timeout_ms: int = Field(_ACKS.timeout_ms, ge=1)
+    valkey_prefix: str = VALKEY_PREFIX
+    valkey_max_connections: int = Field(VALKEY_MAX_CONNECTIONS, ge=4)
+    valkey_min_replica_acks: int = Field(VALKEY_MIN_REPLICA_ACKS, ge=0)
+    valkey_ack_timeout_ms: int = Field(VALKEY_ACK_TIMEOUT_MS, ge=1)
     #: Run on a Valkey whose maxmemory-policy may evict keys (by default such a store is refused at start
     #: and makes the process unready): it can silently lose tasks, idempotency keys and queued runs.
     valkey_allow_eviction: bool = False

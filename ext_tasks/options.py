@@ -17,6 +17,17 @@ from typing import ClassVar, Final
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
+#: Defaults of the Valkey settings (``EXT_TASKS_VALKEY_*``), written here once for the settings and for the
+#: store's own constructors (which tests and embedders call without settings); kept apart from the store
+#: so that reading settings loads no Valkey client.
+VALKEY_PREFIX: Final = "ext-tasks"
+#: Connections one client may hold at once (commands, blocking reads and the pub/sub connection).
+VALKEY_MAX_CONNECTIONS: Final = 64
+#: Replicas that must confirm a write (0: none, Valkey's own asynchronous replication), and how long to
+#: wait for them.
+VALKEY_MIN_REPLICA_ACKS: Final = 0
+VALKEY_ACK_TIMEOUT_MS: Final = 1000
+
 
 class Section(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")

@@ -19,9 +19,10 @@ from collections.abc import AsyncIterator
 from typing import Any, Final
 
 from ext_tasks.clock import now_ms
+from ext_tasks.options import VALKEY_PREFIX
 from ext_tasks.store.channels import ShardedChannels
 from ext_tasks.store.codec import decode_json, encode_json
-from ext_tasks.store.keys import DEFAULT_PREFIX, KeySchema
+from ext_tasks.store.keys import KeySchema
 from ext_tasks.store.plumbing import MAX_CONNECTIONS, Topology, unavailable_on_connection_errors
 from ext_tasks.store.scripts import Script
 from ext_tasks.store.valkey_places import ValkeyPlaces
@@ -82,7 +83,7 @@ class ValkeySessionStore:
         self,
         target: str | Topology,
         *,
-        prefix: str = DEFAULT_PREFIX,
+        prefix: str = VALKEY_PREFIX,
         ttl_s: int = SESSION_TTL_S,
         max_connections: int = MAX_CONNECTIONS,
         channels: ShardedChannels | None = None,

@@ -26,6 +26,8 @@ import secrets
 from dataclasses import dataclass
 from typing import Final
 
+from ..options import VALKEY_PREFIX
+
 #: Partitions of the run queue (and of the task records). Fixed: changing it would re-home every task.
 PARTITIONS: Final = 16
 #: One hash tag per partition; the CRC16 slot of the n-th lies in the n-th sixteenth of the slot space
@@ -35,8 +37,6 @@ _KNOWN_TAGS: Final = frozenset(PARTITION_TAGS)
 #: The pseudo-partition of runs queued by versions before partitions (one Valkey only).
 LEGACY_PARTITION: Final = "legacy"
 _SEPARATOR: Final = "."
-#: The first part of every key name, unless configured (``EXT_TASKS_VALKEY_PREFIX``).
-DEFAULT_PREFIX: Final = "ext-tasks"
 
 
 def digest(value: str, size: int = 16) -> str:
@@ -65,7 +65,7 @@ def partition_of(task_id: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class KeySchema:
-    prefix: str = DEFAULT_PREFIX
+    prefix: str = VALKEY_PREFIX
 
     # --- one task ---------------------------------------------------------------------------------
 

@@ -44,6 +44,7 @@ from valkey.exceptions import (
     ValkeyError,
 )
 
+from ..options import VALKEY_MAX_CONNECTIONS
 from .acks import ReplicaAcks, confirmed_cluster, confirmed_single
 from .base import TaskStoreUnavailable
 from .cluster_client import CountingRetry, StoreCluster, StoreNode
@@ -51,8 +52,7 @@ from .refusals import REFUSALS, refusal_reason
 
 logger = logging.getLogger("ext_tasks.store")
 
-#: Connections one client may hold at once (commands, blocking reads and the pub/sub connection).
-MAX_CONNECTIONS: Final = 64
+MAX_CONNECTIONS: Final = VALKEY_MAX_CONNECTIONS
 #: How long a pooled connection may sit unused before it is closed.
 IDLE_S: Final = 10.0
 CLUSTER_SCHEME: Final = "valkey+cluster"

@@ -13,11 +13,12 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
+from ..options import VALKEY_PREFIX
 from .acks import ReplicaAcks
 from .base import WatchItem
 from .channels import ShardedChannels
 from .codec import decode_json
-from .keys import DEFAULT_PREFIX, KeySchema
+from .keys import KeySchema
 from .plumbing import MAX_CONNECTIONS, Topology, unavailable_on_connection_errors
 from .valkey_queue import ValkeyRunQueue
 from .valkey_records import ValkeyRecords
@@ -31,7 +32,7 @@ class ValkeyTaskStore(ValkeyRecords, ValkeyRunQueue):
         self,
         target: str | Topology,
         *,
-        prefix: str = DEFAULT_PREFIX,
+        prefix: str = VALKEY_PREFIX,
         max_connections: int = MAX_CONNECTIONS,
         channels: ShardedChannels | None = None,
         owner_places: bool = True,
