@@ -75,6 +75,21 @@ _DEPTH_EVERY_S: Final = 15.0
 _Outcome = tuple[TaskEvent, TaskRecord]
 
 
+def run_envelope(record: TaskRecord) -> Envelope:
+    """The envelope a task's run sees, built from what its record stored of the creating request's: the
+    client's capabilities (which questions the tool may ask) and its era (tasks exist only in
+    2026-07-28; the shim's legacy tasks are created through the engine too). What belonged to that
+    request alone is not there: a run has no stream to log or report progress on, and no client info or
+    idempotency key to act on."""
+    return Envelope(
+        protocol_version=MODERN_2026_07_28,
+        client_capabilities=record.client_capabilities,
+        client_info=None,
+        log_level=None,
+        progress_token=None,
+    )
+
+
 class Worker:
     def __init__(
         self,
@@ -328,7 +343,7 @@ class Worker:
 
         ctx = Context(
             principal=principal_from_grant(record.owner, record.grant),
-            envelope=Envelope(MODERN_2026_07_28, record.client_capabilities, None, None, None),
+            envelope=run_envelope(record),
             answers=record.answers,
             state=record.state,
             task_id=record.task_id,
