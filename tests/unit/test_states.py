@@ -20,6 +20,7 @@ import pytest
 
 from ext_tasks.lifecycle import task_event
 from ext_tasks.metrics import REGISTRY
+from ext_tasks.protocol.errors import INTERNAL_ERROR
 from ext_tasks.protocol.states import (
     LEGACY_STATUS,
     LEGACY_TERMINAL,
@@ -74,7 +75,7 @@ COLOUR_REQUEST: dict[str, Any] = {
 NAME_ANSWER: dict[str, Any] = {"action": "accept", "content": {"name": "Ada"}}
 COLOUR_ANSWER: dict[str, Any] = {"action": "accept", "content": {"colour": "teal"}}
 TOOL_RESULT: dict[str, Any] = {"content": [{"type": "text", "text": "done"}], "isError": False}
-ERROR: dict[str, Any] = {"code": -32603, "message": "Upstream API rate limit exceeded"}
+ERROR: dict[str, Any] = {"code": INTERNAL_ERROR, "message": "Upstream API rate limit exceeded"}
 
 ALL_PAIRS = list(itertools.product(TaskStatus, TaskEvent))
 
