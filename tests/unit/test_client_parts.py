@@ -172,6 +172,10 @@ async def test_a_request_for_an_undeclared_capability_is_a_protocol_violation() 
 # --- errors -------------------------------------------------------------------------------------------
 
 
+#: In the range MCP keeps for itself (-32020..-32099) but no code of this server: a plain RpcError.
+UNASSIGNED_CODE = -32099
+
+
 @pytest.mark.parametrize(
     ("code", "kind"),
     [
@@ -182,7 +186,7 @@ async def test_a_request_for_an_undeclared_capability_is_a_protocol_violation() 
         (MISSING_REQUIRED_CLIENT_CAPABILITY, errors.MissingCapability),
         (UNSUPPORTED_PROTOCOL_VERSION, errors.UnsupportedVersion),
         (LIMIT_EXCEEDED, errors.LimitExceeded),
-        (-32099, errors.RpcError),
+        (UNASSIGNED_CODE, errors.RpcError),
     ],
 )
 def test_json_rpc_errors_become_typed_exceptions(code: int, kind: type[errors.RpcError]) -> None:
