@@ -13,6 +13,7 @@ from typing import Any
 import anyio
 import pytest
 
+from ext_tasks.protocol.errors import INTERNAL_ERROR, INVALID_PARAMS, LIMIT_EXCEEDED
 from ext_tasks.protocol.states import TaskStatus
 from ext_tasks.replies import Reply
 from tests.migration.shim_support import (
@@ -32,7 +33,7 @@ from tests.migration.shim_support import (
 
 pytestmark = pytest.mark.anyio
 
-NOT_FOUND = {"code": -32602, "message": "Failed to retrieve task: Task not found"}
+NOT_FOUND = {"code": INVALID_PARAMS, "message": "Failed to retrieve task: Task not found"}
 MODERN_ONLY = {"ttlMs", "pollIntervalMs", "result", "error", "inputRequests", "resultType"}
 
 
@@ -139,7 +140,7 @@ async def test_tasks_list_pages_with_a_signed_cursor_that_only_its_caller_can_us
     assert len(first["tasks"]) == 50
     assert len(second["tasks"]) == 1 and "nextCursor" not in second
     assert {task["taskId"] for task in first["tasks"] + second["tasks"]} == created
-    assert forged["error"] == borrowed["error"] == {"code": -32602, "message": "Invalid params: invalid cursor"}
+    assert forged["error"] == borrowed["error"] == {"code": INVALID_PARAMS, "message": "Invalid params: invalid cursor"}
 
 
 # --- tasks/cancel ---------------------------------------------------------------------------------------
@@ -170,7 +171,10 @@ async def test_cancelling_a_task_that_already_ended_is_refused_with_its_status(
 
     refused = await client.call("tasks/cancel", {"taskId": task_id})
 
-    assert refused["error"] == {"code": -32602, "message": f"Cannot cancel task: already in terminal status '{status}'"}
+    assert refused["error"] == {
+        "code": INVALID_PARAMS,
+        "message": f"Cannot cancel task: already in terminal status '{status}'",
+    }
 
 
 # --- tasks/result ---------------------------------------------------------------------------------------
@@ -239,7 +243,11 @@ async def test_a_refused_sampling_question_cancels_the_task(legacy: Legacy) -> N
     rest = await rest_of(items)
 
     assert asked["method"] == "sampling/createMessage"
-    assert rest[-1] == {"jsonrpc": "2.0", "id": "r-3", "error": {"code": -32603, "message": "Task was cancelled"}}
+    assert rest[-1] == {
+        "jsonrpc": "2.0",
+        "id": "r-3",
+        "error": {"code": INTERNAL_ERROR, "message": "Task was cancelled"},
+    }
     assert (await legacy.modern("tasks/get", {"taskId": task_id}))["result"]["status"] == "cancelled"
 
 
@@ -259,10 +267,15 @@ async def test_an_answer_the_task_refuses_cancels_it_instead_of_leaving_it_waiti
         await client.respond(asked["id"], {"action": "accept", "content": {"name": "A" * 2000}})
         rest = await rest_of(items)
 
-        assert rest[-1] == {"jsonrpc": "2.0", "id": "r-4", "error": {"code": -32603, "message": "Task was cancelled"}}
+        assert rest[-1] == {
+            "jsonrpc": "2.0",
+            "id": "r-4",
+            "error": {"code": INTERNAL_ERROR, "message": "Task was cancelled"},
+        }
         assert (await legacy.modern("tasks/get", {"taskId": task_id}))["result"]["status"] == "cancelled"
         assert any(
-            "answer to task" in record.getMessage() and "-32602" in record.getMessage() for record in caplog.records
+            "answer to task" in record.getMessage() and str(INVALID_PARAMS) in record.getMessage()
+            for record in caplog.records
         )
     finally:
         await legacy.close()
@@ -275,7 +288,7 @@ async def test_tasks_result_of_a_failed_task_answers_its_error(legacy: Legacy) -
 
     answered = await client.call("tasks/result", {"taskId": task_id})
 
-    assert answered["error"]["code"] == -32603
+    assert answered["error"]["code"] == INTERNAL_ERROR
     assert answered["error"]["message"] == "rate limited upstream"
 
 
@@ -286,7 +299,7 @@ async def test_tasks_result_of_a_task_the_legacy_client_cancelled_is_an_error(le
 
     answered = await client.call("tasks/result", {"taskId": task_id})
 
-    assert answered["error"] == {"code": -32603, "message": "Task was cancelled"}
+    assert answered["error"] == {"code": INTERNAL_ERROR, "message": "Task was cancelled"}
 
 
 async def test_a_waiting_tasks_result_holds_one_of_the_callers_waits_until_it_ends() -> None:
@@ -302,7 +315,7 @@ async def test_a_waiting_tasks_result_holds_one_of_the_callers_waits_until_it_en
             group.cancel_scope.cancel()
 
         assert status == 429
-        assert (refused["error"]["code"], refused["error"]["data"]["limit"]) == (-31429, "max_waits")
+        assert (refused["error"]["code"], refused["error"]["data"]["limit"]) == (LIMIT_EXCEEDED, "max_waits")
         assert legacy.engine.waits.open("alice") == 0
     finally:
         await legacy.close()
@@ -318,7 +331,7 @@ async def test_a_task_call_past_the_callers_cap_answers_429_with_retry_after() -
 
         status, refused = json_of(reply)
         assert status == 429 and reply.headers.get("Retry-After", "").isdigit(), reply
-        assert (refused["error"]["code"], refused["error"]["data"]["limit"]) == (-31429, "max_active_tasks")
+        assert (refused["error"]["code"], refused["error"]["data"]["limit"]) == (LIMIT_EXCEEDED, "max_active_tasks")
     finally:
         await legacy.close()
 
@@ -342,5 +355,5 @@ async def test_a_call_answered_inline_despite_params_task_becomes_a_completed_ta
         "_meta": related(task_id),
     }
     assert [task["taskId"] for task in (await client.result("tasks/list", {}))["tasks"]] == [task_id]
-    assert (await client.call("tasks/cancel", {"taskId": task_id}))["error"]["code"] == -32602
+    assert (await client.call("tasks/cancel", {"taskId": task_id}))["error"]["code"] == INVALID_PARAMS
     assert (await bobs.call("tasks/get", {"taskId": task_id}))["error"] == NOT_FOUND
