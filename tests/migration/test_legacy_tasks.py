@@ -8,14 +8,18 @@ How a stream relays questions (each once per session) is in ``test_question_rela
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
 import pytest
 
+from ext_tasks.auth import Caller
 from ext_tasks.protocol.errors import INTERNAL_ERROR, INVALID_PARAMS, LIMIT_EXCEEDED
 from ext_tasks.protocol.states import TaskStatus
 from ext_tasks.replies import Reply
+from migration.remote import UpstreamFailed
+from migration.upstream import EngineUpstream, ModernCall
 from tests.migration.shim_support import (
     ADA,
     ALICE,
@@ -52,7 +56,9 @@ async def waiting_result(client: LegacyClient, task_id: str, request_id: str) ->
 
     async with anyio.create_task_group() as group:
         group.start_soon(wait)
-        await store.wait_read(task_id, reads + 1)
+        # Two reads: the listen that follows the task checks that it is the caller's, then the shim reads
+        # the task itself (after that, it waits for a change).
+        await store.wait_read(task_id, reads + 2)
         assert not replies  # still waiting for the task to end
         await client.legacy.worker.execute(task_id)
     return replies[0]
@@ -196,6 +202,39 @@ async def test_tasks_result_waits_for_the_end_telling_the_status_then_answers_th
         "id": "r-1",
         "result": {"content": [{"type": "text", "text": "job 7"}], "isError": False, "_meta": related(task_id)},
     }
+
+
+class _NoListen(EngineUpstream):
+    """An upstream that cannot listen (an older server, or a proxy's upstream that breaks it off)."""
+
+    async def send(self, call: ModernCall, caller: Caller) -> AsyncIterator[dict[str, Any]]:
+        if call.method == "subscriptions/listen":
+            raise UpstreamFailed("no subscriptions/listen here")
+        async for message in super().send(call, caller):
+            yield message
+
+
+async def test_tasks_result_reads_the_task_every_poll_interval_when_it_cannot_follow_it() -> None:
+    legacy = Legacy(upstream=_NoListen)
+    try:
+        client = await legacy.initialize()
+        task_id = await client.start_task("job", {"n": 5})
+        reads = legacy.store.reads.get(task_id, 0)
+        replies: list[Reply] = []
+
+        async def wait() -> None:
+            replies.append(await client.post("tasks/result", {"taskId": task_id}, request_id="r-5"))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(wait)
+            await legacy.store.wait_read(task_id, reads + 3)  # read, then read again on the 50 ms poll
+            assert not replies
+            await legacy.worker.execute(task_id)
+
+        final = (await rest_of(stream_of(replies[0])))[-1]
+        assert final["result"]["content"] == [{"type": "text", "text": "job 5"}]
+    finally:
+        await legacy.close()
 
 
 async def test_tasks_result_relays_the_tasks_question_and_the_answer_reaches_the_task(legacy: Legacy) -> None:
