@@ -457,7 +457,7 @@ def _oauth_section(results: Results) -> list[str]:
         "`bench.issuer`, pinned with the loader; RS256 keys generated per run; `EXT_TASKS_AUTH_SCOPES` required) "
         "and the loader sending one long-lived JWT on every request: after the first request each one is a "
         "token-cache hit (SHA-256 and a dict lookup), not a signature check (that cost is `python -m "
-        f"bench.auth_cost`'s). Goal: on ÷ off ≥ {OAUTH_GOAL:g}× for resumes (`replay`) and `tasks/get`, "
+        f"investigations.auth_cost`'s). Goal: on ÷ off ≥ {OAUTH_GOAL:g}× for resumes (`replay`) and `tasks/get`, "
         "requests/s, the ratio taken inside each round (median, min–max; then each round's).", "",
         "| store | workload | c | off req/s | on req/s | on ÷ off (same round) | per round | server CPU µs/req "
         "on − off | goal | verdict |",

@@ -738,7 +738,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     meta["finished"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     meta["wall_s"] = round(time.time() - started, 1)
     if args.profile and not smoke:
-        from .profile import profile_server
+        from investigations.profile import profile_server
 
         meta["profile"] = profile_server(out, options.scratch, seconds=max(8.0, options.seconds * 3))
     out.mkdir(parents=True, exist_ok=True)

@@ -122,7 +122,7 @@ def checkouts(args: argparse.Namespace) -> Iterator[list[Checkout]]:
 def parser(figure: str, description: str) -> argparse.ArgumentParser:
     """The options every figure takes (which checkouts, where the run logs go, which interpreter)."""
     p = argparse.ArgumentParser(
-        prog=f"python -m bench.hardening {figure}",
+        prog=f"python -m investigations.hardening {figure}",
         description=description,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -15,9 +15,9 @@ much as the call).
 
 Run::
 
-    python -m bench.auth_cost                    # 3 rounds of 1000 calls per variant (~15 s)
-    python -m bench.auth_cost --out auth-cost.json
-    python -m bench.auth_cost --smoke            # about one second, for CI
+    python -m investigations.auth_cost                    # 3 rounds of 1000 calls per variant (~15 s)
+    python -m investigations.auth_cost --out auth-cost.json
+    python -m investigations.auth_cost --smoke            # about one second, for CI
 """
 
 from __future__ import annotations
@@ -36,12 +36,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.issuer import SCOPE, IssuerThread, SigningKey, jwks
 from ext_tasks.auth.oauth import OAuthAuthenticator
 from ext_tasks.auth.principals import BearerTokenAuthenticator, Principal
 from ext_tasks.options import AuthOptions
-
-from .issuer import SCOPE, IssuerThread, SigningKey, jwks
-from .state_codec import pin_to_one_core
+from investigations.state_codec import pin_to_one_core
 
 RESOURCE = "http://127.0.0.1:8000/mcp"
 STATIC_TOKEN = "static-bench-token-0123456789abcdef"
@@ -144,7 +143,7 @@ def table(summaries: Sequence[Summary]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m bench.auth_cost",
+        prog="python -m investigations.auth_cost",
         description="the cost of authenticating one request with OAuth: first-seen JWT, cached JWT, static token",
     )
     parser.add_argument("--calls", type=int, default=1000, help="calls per variant per round (default 1000)")

@@ -1,6 +1,6 @@
 """Figure 7: one principal's costly requests against another's polls (issue 24, item 6).
 
-    python -m bench.hardening fig7 [--store valkey|memory] [--flooders 100] [--ids 1000] [--samples 100]
+    python -m investigations.hardening fig7 [--store valkey|memory] [--flooders 100] [--ids 1000] [--samples 100]
                                    [--before REV|DIR] [--after REV|DIR]
 
 One server (``EXT_TASKS_TOKENS`` with two principals, on its own valkey-server or in memory). Principal B

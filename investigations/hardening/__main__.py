@@ -1,4 +1,4 @@
-"""``python -m bench.hardening fig1|...|fig7 [options]``: see :mod:`bench.hardening`."""
+"""``python -m investigations.hardening fig1|...|fig7 [options]``: see :mod:`investigations.hardening`."""
 
 from __future__ import annotations
 
@@ -29,7 +29,8 @@ FIGURES: dict[str, Callable[[Sequence[str] | None], int]] = {
 def main(argv: Sequence[str]) -> int:
     if not argv or argv[0] not in FIGURES:
         print(
-            f"usage: python -m bench.hardening {{{'|'.join(FIGURES)}}} [options]  (--help after one)", file=sys.stderr
+            f"usage: python -m investigations.hardening {{{'|'.join(FIGURES)}}} [options]  (--help after one)",
+            file=sys.stderr,
         )
         return 2
     return FIGURES[argv[0]](argv[1:])

@@ -1,6 +1,6 @@
 """Figure 5: every buffer has a bound (issue 24, item 4), before (default 217690e) and after.
 
-    python -m bench.hardening fig5 [--spew-s 10] [--answer-mib 100] [--stall-wait-s 30]
+    python -m investigations.hardening fig5 [--spew-s 10] [--answer-mib 100] [--stall-wait-s 30]
                                    [--before REV|DIR] [--after REV|DIR] [--versions before after]
 
 1. **Server, a client that never reads**: ``figtools.spew`` reports progress (1,000 characters each) as

@@ -1,6 +1,6 @@
 """Figure 6: Valkey at maxmemory (noeviction) while tasks run.
 
-    python -m bench.hardening fig6 [--tasks 20] [--task-seconds 1] [--episode 5] [--before REV|DIR]
+    python -m investigations.hardening fig6 [--tasks 20] [--task-seconds 1] [--episode 5] [--before REV|DIR]
                                    [--after REV|DIR]
 
 One server on its own valkey-server (``EXT_TASKS_LEASE_S=2``). ``--tasks`` tasks of ``slow``

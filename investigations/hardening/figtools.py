@@ -1,7 +1,7 @@
 """Tools for the hardening figures, written against the public ToolRegistry API both checkouts share.
 
 Served as `--tools figtools` (this directory is on the children's PYTHONPATH, after the checkout); the
-end-to-end test of the notification buffer serves it as `bench.hardening.figtools`.
+end-to-end test of the notification buffer serves it as `investigations.hardening.figtools`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Figure 4: what one client can make the store keep, and what a task lifecycle costs in Valkey commands.
 
-    python -m bench.hardening fig4 [--calls 20] [--rounds 15] [--budget-calls 100] [--lifecycles 100]
+    python -m investigations.hardening fig4 [--calls 20] [--rounds 15] [--budget-calls 100] [--lifecycles 100]
                                    [--before REV|DIR] [--after REV|DIR] [--versions before after]
 
 One server process on its own valkey-server, default settings except EXT_TASKS_MAX_STORED_BYTES=8 MiB

@@ -15,9 +15,9 @@ so the ratio stays meaningful on a noisy or slower machine.
 
 Run::
 
-    python -m bench.state_codec                 # 5 rounds of 1 s per variant
-    python -m bench.state_codec --seconds 2 --rounds 7
-    python -m bench.state_codec --smoke         # about one second, for CI
+    python -m investigations.state_codec                 # 5 rounds of 1 s per variant
+    python -m investigations.state_codec --seconds 2 --rounds 7
+    python -m investigations.state_codec --smoke         # about one second, for CI
 """
 
 from __future__ import annotations
@@ -158,7 +158,7 @@ def table(summaries: Sequence[Summary]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m bench.state_codec",
+        prog="python -m investigations.state_codec",
         description="requestState seal+unseal throughput against a stdlib HMAC floor",
     )
     parser.add_argument("--seconds", type=float, default=1.0, help="time per variant per round (default 1.0)")

@@ -1,6 +1,6 @@
 """Figure 1: Valkey connections held by 60 dropped legacy tasks/result waits.
 
-    python -m bench.hardening fig1 [--before REV|DIR] [--after REV|DIR] [--versions before after]
+    python -m investigations.hardening fig1 [--before REV|DIR] [--after REV|DIR] [--versions before after]
 
 One server process on its own valkey-server; a 2025-11-25 session starts `slow` (120 s) as a task; 60
 raw-socket POSTs of tasks/result are sent, each closed (unread) once the server has begun its wait (its

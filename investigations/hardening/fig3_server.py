@@ -1,4 +1,4 @@
-"""Launcher of figure 3, run as a script (``python bench/hardening/fig3_server.py serve ...``, never imported):
+"""Launcher of figure 3, run as a script (``python investigations/hardening/fig3_server.py serve ...``, never imported):
 ``ext_tasks.cli.main`` of whichever checkout is first on PYTHONPATH, with two measurement hooks that work on
 both checkouts (no code of theirs is changed):
 

@@ -1,6 +1,6 @@
 """Hostile text: what a hostile server's strings do to the terminal of ``ext-tasks``, before and after.
 
-    python -m bench.hardening.hostile_text [--before REV|DIR] [--after REV|DIR] [--versions before after]
+    python -m investigations.hardening.hostile_text [--before REV|DIR] [--after REV|DIR] [--versions before after]
 
 The server is ``tests/support/hostile_server.py`` (run here, on loopback). Each scenario runs the
 checkout's CLI (``python -m ext_tasks``) in a pseudo-terminal twice:

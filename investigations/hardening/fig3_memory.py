@@ -1,6 +1,6 @@
 """Figure 3: the embedded in-memory store's memory after its entries lapse.
 
-    python -m bench.hardening fig3 [--tasks 20000] [--sessions 2000] [--cycles 1]
+    python -m investigations.hardening fig3 [--tasks 20000] [--sessions 2000] [--cycles 1]
                                    [--before REV|DIR] [--after REV|DIR] [--versions before after]
 
 A real `ext-tasks serve` (memory store, no Valkey) through the fig3_server.py launcher. SESSIONS

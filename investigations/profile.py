@@ -7,7 +7,7 @@ the *first* component found walking the stack from the leaf up (self time), and 
 the stack (inclusive time). Components are module paths: hypercorn/h11 (HTTP), Litestar, the envelope
 checks, JSON-RPC, pydantic validation, the state codec, the store, the task worker, and so on.
 
-    python -m bench.profile [--seconds 10] [--out DIR]
+    python -m investigations.profile [--seconds 10] [--out DIR]
 
 Writes ``profile.md`` plus the collapsed stacks (``profile-<phase>.txt``, for flamegraph.pl or
 speedscope) to the results folder. Needs ``py-spy`` (a dev extra) and permission to ptrace (root, or
@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from . import plan as plans
-from . import procs
+from bench import plan as plans
+from bench import procs
 
 #: (component, regular expression on a frame's file path), most specific first. A frame is charged
 #: to the first component whose pattern matches its ``(file:line)``.
@@ -174,7 +174,7 @@ def analyse(stacks: list[tuple[list[str], int]]) -> Breakdown:
 
 
 def _run_phase(phase: Phase, seconds: float, scratch: Path, out: Path, spy: str, state_key: str) -> dict[str, Any]:
-    from .run import Options, run_step, running_stack
+    from bench.run import Options, run_step, running_stack
 
     options = Options(
         rounds=1, seconds=seconds, warmup_s=1.5, smoke=False, only=None, peers=False, out=out, scratch=scratch,
@@ -183,7 +183,7 @@ def _run_phase(phase: Phase, seconds: float, scratch: Path, out: Path, spy: str,
     raw = out / f"profile-{phase.name}.txt"
     with running_stack(phase.stack, options, state_key) as running:
         if phase.step.workload == "tasks_get":
-            from .run import populate
+            from bench.run import populate
 
             populate(running, options)
         # py-spy starts once the warm-up is over; the step's own timing runs alongside it.
@@ -333,7 +333,7 @@ def _document(summary: list[tuple[str, Breakdown, dict[str, Any]]], sections: li
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.profile", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m investigations.profile", description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=10.0, help="sampled seconds per phase (default 10)")
     parser.add_argument("--out", type=Path, help="folder for profile.md (default bench/results/profile-<timestamp>/)")
     parser.add_argument("--render", type=Path, metavar="DIR", help="only rewrite DIR/profile.md from its saved samples")

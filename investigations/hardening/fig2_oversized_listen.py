@@ -1,6 +1,6 @@
 """Figure 2: server CPU and wall time for one oversized subscriptions/listen (2026-07-28, tasks extension).
 
-    python -m bench.hardening fig2 --store valkey|memory [--body-bytes 1000000]
+    python -m investigations.hardening fig2 --store valkey|memory [--body-bytes 1000000]
                                    [--before REV|DIR] [--after REV|DIR] [--versions before after]
 
 notifications.taskIds holds as many random 36-char ids (uuid4) as fit in a --body-bytes body (1,000,000

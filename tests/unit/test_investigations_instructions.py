@@ -1,10 +1,10 @@
-"""``python -m bench.instructions``' driver: the requests it counts are the ones it claims to count."""
+"""``python -m investigations.instructions``' driver: the requests it counts are the ones it claims to count."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench import instructions
+from investigations import instructions
 
 pytestmark = pytest.mark.anyio
 

@@ -5,7 +5,7 @@ On a shared VM, requests/s and CPU time per request swing by 20 % from one round
 of instructions a request executes does not (it repeats to within about 1 %). This measures the
 protocol's own cost in that unit, without an HTTP server, a loader or a network in the way:
 
-    python -m bench.instructions [--requests 1000]
+    python -m investigations.instructions [--requests 1000]
 
 Each mode runs in its own ``valgrind --tool=callgrind`` process: ``idle`` builds both apps, checks the
 resume completes and a task can be polled, warms every path up, then stops; ``resume``, ``poll``
@@ -68,11 +68,10 @@ def _headers_of(block: bytes) -> list[tuple[bytes, bytes]]:
 
 async def drive(mode: str, requests: int) -> None:
     """Build both apps, check a resume completes, warm both up, then send ``requests`` of ``mode``."""
+    from bench.echo_app import create_app as echo_app
     from ext_tasks.compose import serve_app
     from ext_tasks.config import Settings
     from ext_tasks.loadgen.mcp import Mcp, answers_for
-
-    from .echo_app import create_app as echo_app
 
     runtime, app = serve_app(Settings(tools="bench.tools", state_keys=("A" * 43,)))
     await runtime.start()
@@ -118,7 +117,7 @@ async def _completed_task_poll(app: Asgi, mcp: Any) -> tuple[dict[str, Any], byt
 
 def _count(mode: str, requests: int) -> int:
     command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-m",
-               "bench.instructions", "--drive", mode, "--requests", str(requests)]  # fmt: skip
+               "investigations.instructions", "--drive", mode, "--requests", str(requests)]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=1800, check=False)
     found = re.search(r"Collected : (\d+)", done.stderr)
     if done.returncode != 0 or found is None:
@@ -127,7 +126,7 @@ def _count(mode: str, requests: int) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.instructions", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m investigations.instructions", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     parser.add_argument("--requests", type=int, default=1000, help="requests counted per mode (default 1000)")
     parser.add_argument("--drive", choices=MODES, help=argparse.SUPPRESS)  # one mode, inside valgrind
