@@ -224,7 +224,7 @@ def _start_server(
 
 
 def hypercorn_overrides() -> dict[str, Any]:
-    """What ``ext-tasks serve`` sets on hypercorn's ``Config``, read from ``ext_tasks.cli._hypercorn_config``
+    """What ``ext-tasks serve`` sets on hypercorn's ``Config``, read from ``ext_tasks.cli.hypercorn_config``
     itself (like the echo baseline, on purpose: the SDK peer on hypercorn must follow any change made to
     how the real server is served), for ``sdk_server.py --hypercorn-config``. Every attribute the function
     sets, but the bind (the peer has its own port) and the error logger (a logger object; the peer logs
@@ -232,7 +232,7 @@ def hypercorn_overrides() -> dict[str, Any]:
     from ext_tasks import cli
     from ext_tasks.config import Settings
 
-    config = cli._hypercorn_config(Settings(host="127.0.0.1", port=0))
+    config = cli.hypercorn_config(Settings(host="127.0.0.1", port=0))
     overrides: dict[str, Any] = {}
     for name, value in vars(config).items():
         if name in ("_bind", "bind", "errorlog"):
@@ -738,9 +738,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     meta["finished"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     meta["wall_s"] = round(time.time() - started, 1)
     if args.profile and not smoke:
-        from investigations.profile import profile_server
-
-        meta["profile"] = profile_server(out, options.scratch, seconds=max(8.0, options.seconds * 3))
+        # A one-off investigation, run as its own command: the bench does not import investigations/.
+        seconds = str(max(8.0, options.seconds * 3))
+        done = subprocess.run(
+            [sys.executable, "-m", "investigations.profile", "--out", str(out), "--seconds", seconds],
+            cwd=procs.REPO,
+            check=False,
+        )
+        meta["profile"] = "profile.md" if done.returncode == 0 else None
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps({"meta": meta, "records": records}, indent=1))
     from .report import write_report
