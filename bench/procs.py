@@ -413,28 +413,3 @@ def package_version(venv: Venv, package: str) -> str:
     except (OSError, subprocess.TimeoutExpired):
         return "?"
     return done.stdout.strip() or "?"
-
-
-# --- the loader -----------------------------------------------------------------------------------
-
-
-def start_loader(spec: dict[str, Any], cpus: str | None, spec_path: Path) -> subprocess.Popen[str]:
-    """``bench.loadgen`` started in its own process on ``spec`` (written to ``spec_path``)."""
-    spec_path.parent.mkdir(parents=True, exist_ok=True)
-    spec_path.write_text(json.dumps(spec))
-    command = pinned(cpus, [sys.executable, "-m", "bench.loadgen", str(spec_path)])
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
-
-
-def finish_loader(process: subprocess.Popen[str], timeout_s: float) -> dict[str, Any]:
-    """Wait for a loader started by :func:`start_loader`; its JSON result (killed by PID on timeout)."""
-    try:
-        out, err = process.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.kill(process.pid, signal.SIGKILL)
-        process.communicate(timeout=10)
-        raise RuntimeError(f"the loader did not finish within {timeout_s:.0f}s") from None
-    if process.returncode != 0:
-        raise RuntimeError(f"loader failed ({process.returncode}): {err[-2000:]}")
-    result: dict[str, Any] = json.loads(out)
-    return result

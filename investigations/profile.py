@@ -174,7 +174,9 @@ def analyse(stacks: list[tuple[list[str], int]]) -> Breakdown:
 
 
 def _run_phase(phase: Phase, seconds: float, scratch: Path, out: Path, spy: str, state_key: str) -> dict[str, Any]:
-    from bench.run import Options, run_step, running_stack
+    from bench.load import run_step
+    from bench.run import Options
+    from bench.stacks import running_stack
 
     options = Options(
         rounds=1, seconds=seconds, warmup_s=1.5, smoke=False, only=None, peers=False, out=out, scratch=scratch,
@@ -182,10 +184,6 @@ def _run_phase(phase: Phase, seconds: float, scratch: Path, out: Path, spy: str,
     )  # fmt: skip
     raw = out / f"profile-{phase.name}.txt"
     with running_stack(phase.stack, options, state_key) as running:
-        if phase.step.workload == "tasks_get":
-            from bench.run import populate
-
-            populate(running, options)
         # py-spy starts once the warm-up is over; the step's own timing runs alongside it.
         command = procs.pinned(
             "0",
