@@ -34,11 +34,10 @@ def _versions() -> dict[str, str]:
             versions[package] = importlib.metadata.version(package)
         except importlib.metadata.PackageNotFoundError:
             versions[package] = "not installed"
-    binary = procs.valkey_binary()
-    if binary is not None:
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
-            text = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10, check=False).stdout
-            versions["valkey-server"] = search(r"v=([\d.]+)", text) or "?"
+    with contextlib.suppress(OSError, RuntimeError, subprocess.SubprocessError):  # RuntimeError: no valkey-server
+        command = [procs.valkey_binary(), "--version"]
+        text = subprocess.run(command, capture_output=True, text=True, timeout=10, check=False).stdout
+        versions["valkey-server"] = search(r"v=([\d.]+)", text) or "?"
     wrk = shutil.which("wrk")
     versions["wrk"] = "available" if wrk else "not installed"
     return versions

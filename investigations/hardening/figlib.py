@@ -29,6 +29,7 @@ from typing import Any
 import httpx
 
 from bench import procs
+from tests.support.valkey import start_valkey
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -188,7 +189,7 @@ def keygen(checkout: Checkout, cwd: Path) -> str:
 @contextlib.contextmanager
 def running_valkey(log_dir: Path) -> Iterator[procs.Proc]:
     """A valkey-server on 127.0.0.1 (free port, no persistence), stopped by PID on the way out."""
-    proc = procs.start_valkey(log_dir, cpus=None)
+    proc = start_valkey(log_dir / f"valkey-{procs.free_port()}")
     try:
         yield proc
     finally:
