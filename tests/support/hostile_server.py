@@ -12,7 +12,7 @@ library) agreed to.
 Just enough of the protocol, one JSON answer per POST (no event streams): ``tools/list``, ``tools/call``
 (by tool name: see :data:`TOOLS`), ``tasks/get`` and ``tasks/cancel`` of the one task it starts;
 ``subscriptions/listen`` is refused (-32601), so a client polls. Used by the tests and by
-``bench/hardening/hostile_text.py`` (the before/after figures).
+``investigations/hardening/hostile_text.py`` (the before/after figures).
 """
 
 from __future__ import annotations
