@@ -1,5 +1,5 @@
-"""``python -m bench``: see :mod:`bench.run` and ``bench/README.md``."""
+"""``python -m bench``: see bench/README.md."""
 
-from .run import main
+from .cli import main
 
 raise SystemExit(main())

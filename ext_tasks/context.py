@@ -18,9 +18,10 @@ under keys nobody asked do not ride along in every later ``requestState``.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any, Final
+from typing import Any
 
 import msgspec
+from jsonschema import Draft202012Validator
 from pydantic import BaseModel, ValidationError
 
 from .auth import Principal
@@ -98,35 +99,14 @@ def _merge(into: dict[str, Any], extra: Mapping[str, Any]) -> None:
 
 
 def _fits_requested_schema(result: ElicitResult, schema: object) -> bool:
+    """An accepted answer's content must be valid against the schema the question sent (JSON Schema,
+    checked by ``jsonschema``: required fields, types, and the enum, length and range constraints that
+    elicitation schemas use); a decline or a cancel carries no content to check."""
     if result.action != "accept" or not isinstance(schema, dict):
         return True
-    content = result.content
-    if content is None:
+    if result.content is None:
         return False
-    properties = schema.get("properties") or {}
-    for name in schema.get("required") or ():
-        if name not in content:
-            return False
-    for name, value in content.items():
-        spec = properties.get(name)
-        if isinstance(spec, dict) and not _matches_type(spec.get("type"), value):
-            return False
-    return True
-
-
-def _matches_type(kind: object, value: object) -> bool:
-    check = _TYPE_CHECKS.get(kind)
-    return check is None or check(value)
-
-
-#: The JSON Schema primitive types an accepted elicitation's fields are checked against (a bool is
-#: not a JSON number, although Python's ``bool`` is an ``int``).
-_TYPE_CHECKS: Final[dict[object, Callable[[object], bool]]] = {
-    "string": lambda v: isinstance(v, str),
-    "boolean": lambda v: isinstance(v, bool),
-    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
-    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
-}
+    return bool(Draft202012Validator(schema).is_valid(result.content))
 
 
 class InputRequired(Exception):

@@ -12,18 +12,17 @@ are never logged.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any
+
+from pythonjsonlogger.json import JsonFormatter as BaseJsonFormatter
 
 from .metrics import TASK_TRANSITIONS
 from .protocol.states import TaskEvent, TaskStatus, edge
 from .protocol.tasks import TaskRecord
 
 logger = logging.getLogger("ext_tasks.lifecycle")
-
-_STANDARD_ATTRIBUTES: Final = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
 
 
 def principal_tag(principal: str) -> str:
@@ -49,17 +48,22 @@ def task_event(source: TaskStatus | None, event: TaskEvent, record: TaskRecord, 
     logger.info(row.log, extra={**extra, **fields})
 
 
-class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, logger, message, and any ``extra`` fields."""
+class JsonFormatter(BaseJsonFormatter):
+    """One JSON object per line: time (UTC, milliseconds), level, logger, message, and any ``extra``
+    fields; an exception as its formatted traceback. The records are python-json-logger's; this names
+    the fields and writes the time and level as the log lines always had them."""
 
-    def format(self, record: logging.LogRecord) -> str:
-        line: dict[str, Any] = {
-            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "message": record.getMessage(),
-        }
-        line.update({key: value for key, value in vars(record).items() if key not in _STANDARD_ATTRIBUTES})
-        if record.exc_info:
-            line["exception"] = self.formatException(record.exc_info)
-        return json.dumps(line, default=str)
+    def __init__(self) -> None:
+        super().__init__(
+            "{asctime}{levelname}{name}{message}",
+            style="{",
+            json_default=str,
+            rename_fields={"asctime": "ts", "levelname": "level", "name": "logger", "exc_info": "exception"},
+        )
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802 - logging's name
+        return datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds")
+
+    def process_log_record(self, log_data: dict[str, Any]) -> dict[str, Any]:
+        log_data["level"] = str(log_data["level"]).lower()
+        return log_data

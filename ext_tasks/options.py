@@ -4,7 +4,8 @@ policy and what a task keeps), :class:`WorkerOptions` (running tasks), :class:`L
 2025-11-25 shim), :class:`ProxyOptions` (``ext-tasks proxy`` reading its upstream), :class:`AuthOptions`
 (OAuth 2.1 resource server, :mod:`ext_tasks.auth`).
 
-A field's name is its variable's (``EXT_TASKS_<NAME>``), and its default is written once, here. The parts
+A field's name is its variable's (``EXT_TASKS_<NAME>``); its default is written once, here, and what a
+value must be is its ``Field``'s constraints (checked when the settings are read). The parts
 import their options from this module, not from :mod:`.config`, so they need nothing of how settings are
 read.
 """
@@ -14,7 +15,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar, Final
 
-from pydantic import BaseModel, ConfigDict, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+
+#: Defaults of the Valkey settings (``EXT_TASKS_VALKEY_*``), written here once for the settings and for the
+#: store's own constructors (which tests and embedders call without settings); kept apart from the store
+#: so that reading settings loads no Valkey client.
+VALKEY_PREFIX: Final = "ext-tasks"
+#: Connections one client may hold at once (commands, blocking reads and the pub/sub connection).
+VALKEY_MAX_CONNECTIONS: Final = 64
+#: Replicas that must confirm a write (0: none, Valkey's own asynchronous replication), and how long to
+#: wait for them.
+VALKEY_MIN_REPLICA_ACKS: Final = 0
+VALKEY_ACK_TIMEOUT_MS: Final = 1000
 
 
 class Section(BaseModel):
@@ -24,39 +36,39 @@ class Section(BaseModel):
 
 
 class EngineOptions(Section):
-    cache_ttl_ms: int = 60_000
-    keepalive_s: float = 15.0
+    cache_ttl_ms: int = Field(60_000, ge=0)
+    keepalive_s: float = Field(15.0, gt=0)
     #: Refuse a ``tasks/*`` request without ``Mcp-Name`` (by default it is served and counted).
     strict_headers: bool = False
     #: Open waits (listen, legacy GET streams, tasks/result) per principal and process (0: no cap).
-    max_waits: int = 256
+    max_waits: int = Field(256, ge=0)
     #: Cost units a principal may spend a second on costly requests, per process (0: no budget);
     #: see ``ext_tasks.pacing``.
-    pacing_rate: float = 1000.0
+    pacing_rate: float = Field(1000.0, ge=0)
     #: Cost units a principal may save up (the largest burst of costly requests).
-    pacing_burst: int = 5000
+    pacing_burst: int = Field(5000, ge=1)
 
 
 class TaskOptions(Section):
     """The server's task policy; published to clients in ``server/discover`` (:meth:`published`)."""
 
-    task_ttl_ms: int = 3_600_000
+    task_ttl_ms: int = Field(3_600_000, gt=0)
     task_max_ttl_ms: int = 86_400_000
-    poll_interval_ms: int = 250
+    poll_interval_ms: int = Field(250, gt=0)
     poll_interval_max_ms: int = 5_000
-    sensitive_grace_ms: int = 30_000
-    idempotency_window_s: int = 86_400
+    sensitive_grace_ms: int = Field(30_000, ge=0)
+    idempotency_window_s: int = Field(86_400, gt=0)
     #: Unfinished tasks one principal may have at once (0: no cap).
-    max_active_tasks: int = 1_000
+    max_active_tasks: int = Field(1_000, ge=0)
     #: Tasks one principal may have kept at once, in any status, until they expire (0: no cap).
-    max_stored_tasks: int = 10_000
+    max_stored_tasks: int = Field(10_000, ge=0)
     #: The encoded JSON size of the arguments a task keeps (inline calls keep none; bulk input: a URI).
-    max_task_argument_bytes: int = 256 * 1024
+    max_task_argument_bytes: int = Field(256 * 1024, ge=1024)
     #: The encoded JSON size of all answers a task keeps: a ``requestState``'s bound (the same answers).
-    max_answer_bytes: int = 256 * 1024
+    max_answer_bytes: int = Field(256 * 1024, ge=1024)
     #: Bytes one principal's kept tasks may hold in all (0: no cap); ordinary tasks meet the stored-task
     #: cap first, this stops large ones (a thousand with the largest arguments).
-    max_stored_bytes: int = 256 * 1024 * 1024
+    max_stored_bytes: int = Field(256 * 1024 * 1024, ge=0)
     #: Refuse (429) a ``tasks/get`` sooner than half the advertised ``pollIntervalMs`` after the last one.
     poll_rate_limit: bool = False
 
@@ -83,12 +95,12 @@ class WorkerOptions(Section):
 
     #: Serve requests only; run tasks in ``ext-tasks worker`` processes.
     no_workers: bool = False
-    run_concurrency: int = 16
-    lease_s: float = 10.0
-    max_attempts: int = 3
-    shutdown_grace_s: float = 10.0
+    run_concurrency: int = Field(16, ge=1)
+    lease_s: float = Field(10.0, gt=0)
+    max_attempts: int = Field(3, ge=1)
+    shutdown_grace_s: float = Field(10.0, ge=0)
     #: The largest tool result a task may keep (encoded JSON); a larger one ends the task ``failed``.
-    max_result_bytes: int = 1024 * 1024
+    max_result_bytes: int = Field(1024 * 1024, ge=1024)
     #: How long one wait for new runs may block.
     block_ms: int = 1000
     #: Pause before a loop that died is started again.
@@ -99,16 +111,16 @@ class LegacyOptions(Section):
     #: Do not serve 2025-11-25 clients (no migration shim).
     no_legacy: bool = False
     #: Live sessions one principal may hold (0: no cap).
-    max_sessions: int = 100
+    max_sessions: int = Field(100, ge=0)
 
 
 class ProxyOptions(Section):
     """How ``ext-tasks proxy`` reads its upstream's answers (a server it does not control)."""
 
     #: The largest answer taken (a JSON body, or one event of a stream); larger: 502. For larger results.
-    proxy_max_answer_bytes: int = 16 * 1024 * 1024
+    proxy_max_answer_bytes: int = Field(16 * 1024 * 1024, ge=1024)
     #: How long the upstream may send nothing (keep-alives count) before 504; for longer inline tools.
-    proxy_read_timeout_s: float = 60.0
+    proxy_read_timeout_s: float = Field(60.0, gt=0)
 
 
 #: The signature algorithms accepted by default: every asymmetric one of JWA (RFC 7518) and EdDSA

@@ -27,6 +27,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Final, Protocol
 
 from .auth import Principal, grant_of
+from .clock import now_ms
 from .context import Emit
 from .lifecycle import principal_tag, task_event
 from .options import TaskOptions
@@ -131,7 +132,7 @@ class TaskMethods:
         store: EngineStore,
         options: TaskOptions | None = None,
         *,
-        clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        clock_ms: Callable[[], int] = now_ms,
         commit_budget_s: float = COMMIT_BUDGET_S,
     ) -> None:
         self.store = store

@@ -41,6 +41,7 @@ from typing import Final, Protocol
 import msgspec
 
 from .auth import principal_from_grant
+from .clock import now_ms
 from .context import Context, InputRequired, missing_capabilities
 from .invoke import invoke_tool
 from .lifecycle import task_event
@@ -74,8 +75,19 @@ _DEPTH_EVERY_S: Final = 15.0
 _Outcome = tuple[TaskEvent, TaskRecord]
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
+def run_envelope(record: TaskRecord) -> Envelope:
+    """The envelope a task's run sees, built from what its record stored of the creating request's: the
+    client's capabilities (which questions the tool may ask) and its era (tasks exist only in
+    2026-07-28; the shim's legacy tasks are created through the engine too). What belonged to that
+    request alone is not there: a run has no stream to log or report progress on, and no client info or
+    idempotency key to act on."""
+    return Envelope(
+        protocol_version=MODERN_2026_07_28,
+        client_capabilities=record.client_capabilities,
+        client_info=None,
+        log_level=None,
+        progress_token=None,
+    )
 
 
 class WorkerStore(RunQueue, Records, Broadcast, Protocol):
@@ -91,7 +103,7 @@ class Worker:
         options: WorkerOptions | None = None,
         *,
         consumer: str | None = None,
-        clock_ms: Callable[[], int] = _now_ms,
+        clock_ms: Callable[[], int] = now_ms,
     ) -> None:
         self.store = store
         self.registry = registry
@@ -336,7 +348,7 @@ class Worker:
 
         ctx = Context(
             principal=principal_from_grant(record.owner, record.grant),
-            envelope=Envelope(MODERN_2026_07_28, record.client_capabilities, None, None, None),
+            envelope=run_envelope(record),
             answers=record.answers,
             state=record.state,
             task_id=record.task_id,

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from ext_tasks.auth import Caller
+from ext_tasks.clock import now_ms
 from ext_tasks.protocol.errors import InvalidParams, ProtocolError
 from ext_tasks.protocol.jsonrpc import Request, notification_message, result_message
 from ext_tasks.protocol.resume import Binding, ResumeCodec
@@ -24,6 +25,7 @@ from ext_tasks.waits import WaitLimit
 
 from .own_tasks import SHIM_TASK_PREFIX, OwnTasks
 from .sessions import LegacySession, SessionStore
+from .task_follow import Listen, TaskFollow, follow_task
 from .translate import (
     TERMINAL,
     answer_from_legacy_response,
@@ -152,9 +154,13 @@ class StreamQuestions:
                 self.deferred.add(task_id)  # another stream of the session asks it
         return outgoing
 
+    def keep_interval_s(self) -> float:
+        """How often :meth:`keep` renews the holds (a third of their lifetime)."""
+        return self._hold_ms / 3000
+
     async def keep(self) -> None:
         """Extend this stream's hold on its unanswered questions (cheap to call often)."""
-        if time.monotonic() - self._kept_at < self._hold_ms / 3000:
+        if time.monotonic() - self._kept_at < self.keep_interval_s():
             return
         self._kept_at = time.monotonic()
         for task_id, key in self.relay.held():
@@ -182,13 +188,17 @@ class LegacyTasks:
         final: SendForResponse,
         waits: WaitLimit,
         own: OwnTasks,
+        listen: Listen | None = None,
     ) -> None:
+        """``listen`` sends a streamed call upstream (a ``subscriptions/listen``): with it, a waiting
+        ``tasks/result`` reads its task only when it changes; without it, every poll interval."""
         self.sessions = sessions
         self.codec = codec
         self._modern = modern
         self._final = final
         self._waits = waits
         self.own = own
+        self._listen = listen
 
     async def inline_as_task(self, session: LegacySession, params: Mapping[str, Any], result: Message) -> Message:
         """Keep an inline answer to a task-augmented call as a finished task of the shim's own."""
@@ -198,12 +208,12 @@ class LegacyTasks:
 
     async def register(self, session: LegacySession, task_id: str) -> None:
         """List a task the session created for ``tasks/list``, and have its GET stream follow it."""
-        await self.sessions.index_task(session.task_scope, task_id, _now_ms())
+        await self.sessions.index_task(session.task_scope, task_id, now_ms())
         await self.follow(session, task_id)
 
     async def follow(self, session: LegacySession, task_id: str) -> None:
         """Have the session's GET stream follow the task (its changes, its questions) from now on."""
-        if await self.sessions.index_task(session.watch_scope, task_id, _now_ms()):
+        if await self.sessions.index_task(session.watch_scope, task_id, now_ms()):
             await self.sessions.publish(session.session_id, {"kind": "watch", "taskId": task_id})
 
     async def task(self, session: LegacySession, task_id: str, caller: Caller, *, outcome: bool = False) -> Message:
@@ -233,12 +243,16 @@ class LegacyTasks:
 
     async def result(self, request: Request, session: LegacySession, caller: Caller) -> AsyncIterator[Message]:
         """Block until the task is terminal, relaying its questions as server→client requests (those
-        no other stream of the session relays already)."""
+        no other stream of the session relays already). The task is read again when it changes (or a
+        client's message arrives), not on a timer: see :mod:`.task_follow`."""
         task_id = required_string(request.params, "taskId")
         last_status: str | None = None
         questions = StreamQuestions(self.sessions, session.session_id)
         with self._waits.hold(caller.principal.id):
-            async with self.sessions.subscribe(session.session_id) as inbox:
+            async with (
+                self.sessions.subscribe(session.session_id) as inbox,
+                self._follow(session, caller, task_id) as follow,
+            ):
                 try:
                     while True:
                         task = await self.task(session, task_id, caller, outcome=True)
@@ -257,23 +271,48 @@ class LegacyTasks:
                         for outgoing in await questions.ask(task):
                             yield outgoing
                         await questions.keep()
-                        poll_ms = task.get("pollIntervalMs")
-                        await self._answer_or_wait(session, caller, inbox, questions.relay, poll_ms)
+                        # Held questions are renewed, deferred ones tried again (their holder may be gone), on a timer.
+                        renew = questions.relay.held() or questions.deferred
+                        wait_s = questions.keep_interval_s() if renew else None
+                        if follow is None or not follow.live:
+                            wait_s = _poll_interval_s(task.get("pollIntervalMs"))
+                        await self._answer_or_wait(session, caller, inbox, follow, questions.relay, wait_s)
                 finally:
                     await questions.close()
 
+    def _follow(
+        self, session: LegacySession, caller: Caller, task_id: str
+    ) -> contextlib.AbstractAsyncContextManager[TaskFollow | None]:
+        if self._listen is None or task_id.startswith(SHIM_TASK_PREFIX):
+            return contextlib.nullcontext()  # no upstream listen, or a task of the shim's own (finished)
+        wanted = {"notifications": {"taskIds": [task_id]}}
+        return follow_task(
+            self._listen, self._modern(session, "subscriptions/listen", wanted, tasks=True), caller, task_id
+        )
+
     async def _answer_or_wait(
-        self, session: LegacySession, caller: Caller, inbox: asyncio.Queue[Message], relay: Relay, poll_ms: object
+        self,
+        session: LegacySession,
+        caller: Caller,
+        inbox: asyncio.Queue[Message],
+        follow: TaskFollow | None,
+        relay: Relay,
+        wait_s: float | None,
     ) -> None:
-        """Forward the client's answers as ``tasks/update``, or wait one poll interval."""
-        wait_s = min(max((poll_ms if isinstance(poll_ms, int) else 500) / 1000, 0.05), 2.0)
+        """Forward the client's answers as ``tasks/update``, or wait for the task to change (at most
+        ``wait_s``: the poll interval without a live follow, the questions' hold renewal with one)."""
+        inbox_get = asyncio.ensure_future(inbox.get())
+        changed = asyncio.ensure_future(follow.wait(None) if follow is not None else asyncio.Event().wait())
         try:
-            async with asyncio.timeout(wait_s):  # not wait_for, which can swallow a cancellation on 3.11
-                answered = relay.answer(await inbox.get())
-        except TimeoutError:
-            return
-        if answered is not None:
-            await self.forward(session, caller, answered)
+            done, _ = await asyncio.wait({inbox_get, changed}, timeout=wait_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            changed.cancel()
+            if not inbox_get.done():
+                inbox_get.cancel()
+        if inbox_get in done:
+            answered = relay.answer(inbox_get.result())
+            if answered is not None:
+                await self.forward(session, caller, answered)
 
     async def forward(self, session: LegacySession, caller: Caller, answer: Answer) -> None:
         """Hand a client's answer to a task question to the task (``tasks/update``).
@@ -353,5 +392,6 @@ class LegacyTasks:
         yield result_message(request.id, cancelled)
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
+def _poll_interval_s(poll_ms: object) -> float:
+    """The task's ``pollIntervalMs`` in seconds, kept between 50 ms and 2 s."""
+    return min(max((poll_ms if isinstance(poll_ms, int) else 500) / 1000, 0.05), 2.0)

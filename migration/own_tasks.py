@@ -19,10 +19,10 @@ They are bounded like the engine's own tasks:
 from __future__ import annotations
 
 import secrets
-import time
 from collections.abc import Mapping
 from typing import Any, Final
 
+from ext_tasks.clock import now_ms
 from ext_tasks.options import TaskOptions
 from ext_tasks.protocol.states import TaskStatus
 from ext_tasks.protocol.tasks import encoded_size, failure_status, iso8601, result_too_large
@@ -54,7 +54,7 @@ class OwnTasks:
     async def keep(self, session: LegacySession, params: Mapping[str, Any], result: Message) -> Message:
         """Keep ``result`` (an inline ``CallToolResult``) as a finished task of ``session``; the task, as
         the modern ``DetailedTask`` it reads as (plus its ``scope``). Past a cap: -31429 (HTTP 429)."""
-        now = int(time.time() * 1000)
+        now = now_ms()
         ttl = self.ttl_for(params)
         task: Message = {
             "taskId": f"{SHIM_TASK_PREFIX}{secrets.token_urlsafe(18)}",

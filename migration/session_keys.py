@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ext_tasks.options import VALKEY_PREFIX
+
 
 @dataclass(frozen=True, slots=True)
 class SessionKeys:
-    prefix: str = "ext-tasks"
+    prefix: str = VALKEY_PREFIX
 
     def session(self, session_id: str) -> str:
         return f"{self.prefix}:session:{session_id}"

@@ -33,6 +33,8 @@ from ext_tasks.store.places import MemoryPlaces
 RECONNECTED: Final[Mapping[str, str]] = {"kind": "reconnected"}
 #: The client capabilities a session keeps (what the shim translates into 2026-07-28 requests).
 KEPT_CAPABILITIES: Final = ("elicitation", "sampling", "roots", "experimental")
+#: How long a legacy session lives after its last use (memory and Valkey session stores alike).
+SESSION_TTL_S: Final = 3600
 _SWEEP_EVERY_S: Final = 60.0
 _INDEX_LIFETIME_S: Final = 7 * 86_400.0
 _INDEX_PER_SCOPE: Final = 10_000
@@ -154,7 +156,7 @@ class MemorySessionStore:
     (:meth:`sweep`) and never holds more than :data:`CEILING` entries (the oldest go first), so the
     process can run for weeks."""
 
-    def __init__(self, ttl_s: float = 3600.0, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, ttl_s: float = SESSION_TTL_S, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._ttl_s = ttl_s
         self._clock = clock
         self._sessions: dict[str, tuple[LegacySession, float]] = {}

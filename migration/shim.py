@@ -117,7 +117,7 @@ class LegacyShim:
         self.options = options
         self.waits = waits or WaitLimit()
         own = OwnTasks(sessions, places or sessions.places, options.tasks, options.worker.max_result_bytes)
-        self.tasks = LegacyTasks(sessions, codec, self._modern, self._final, self.waits, own)
+        self.tasks = LegacyTasks(sessions, codec, self._modern, self._final, self.waits, own, upstream.send)
         self.calls = LegacyCalls(upstream, sessions, self.tasks, self._modern, options.input_timeout_s)
         self._handlers: dict[str, Callable[[Request, LegacySession, Caller], AsyncIterator[Message]]] = {
             "ping": self._ping,

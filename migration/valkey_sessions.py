@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterator
 from typing import Any, Final
 
+from ext_tasks.clock import now_ms
+from ext_tasks.options import VALKEY_PREFIX
 from ext_tasks.store.connection.channels import ShardedChannels
 from ext_tasks.store.connection.jsontext import decode_json, encode_json
 from ext_tasks.store.connection.pool import PoolSettings
@@ -30,7 +31,7 @@ from ext_tasks.store.connection.topology import Topology, connect
 from ext_tasks.store.valkey import owner_places
 
 from .session_keys import SessionKeys
-from .sessions import RECONNECTED, LegacySession, TooManySessions
+from .sessions import RECONNECTED, SESSION_TTL_S, LegacySession, TooManySessions
 
 #: Take a key unless another holder has it; extend it for the same holder.
 HOLD: Final = Script(
@@ -86,8 +87,8 @@ class ValkeySessionStore:
         self,
         target: str | Topology,
         *,
-        prefix: str = "ext-tasks",
-        ttl_s: int = 3600,
+        prefix: str = VALKEY_PREFIX,
+        ttl_s: int = SESSION_TTL_S,
         pool: PoolSettings | None = None,
         channels: ShardedChannels | None = None,
     ) -> None:
@@ -108,7 +109,7 @@ class ValkeySessionStore:
 
     async def create(self, session: LegacySession, cap: int) -> None:
         ttl_ms = self._ttl_s * 1000
-        now = _now_ms()
+        now = now_ms()
         with unavailable_on_connection_errors():
             placed = await self._take_place(
                 keys={"sessions_of": self._keys.sessions_of(session.principal)},
@@ -139,7 +140,7 @@ class ValkeySessionStore:
             session = LegacySession.from_json(decode_json(raw))
             # ... and its place among its principal's live sessions.
             await self._client.zadd(
-                self._keys.sessions_of(session.principal), {session_id: _now_ms() + self._ttl_s * 1000}, xx=True
+                self._keys.sessions_of(session.principal), {session_id: now_ms() + self._ttl_s * 1000}, xx=True
             )
         return session
 
@@ -205,7 +206,3 @@ class ValkeySessionStore:
             await self._channels.close()
         if self._owns_topology:
             await self._topology.close()
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)

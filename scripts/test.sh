@@ -68,6 +68,6 @@ export EXT_TASKS_CONFORMANCE_PKG="$CONFORMANCE_PKG"
 .venv/bin/python -m pytest "$@"
 
 step "benchmark smoke runs (seconds, no thresholds: they keep the suite from rotting)"
-.venv/bin/python -m bench.state_codec --smoke
-.venv/bin/python -m bench.auth_cost --smoke
+.venv/bin/python -m investigations.state_codec --smoke
+.venv/bin/python -m investigations.auth_cost --smoke
 .venv/bin/python -m bench --smoke --out "$(mktemp -d)"

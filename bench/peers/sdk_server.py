@@ -10,7 +10,7 @@ Served stateless, JSON responses, no access log, by one of two HTTP servers (``-
 
 - ``uvicorn`` (the default; the server ``MCPServer.run`` uses), with uvloop and httptools when installed;
 - ``hypercorn``, the HTTP server ext-tasks itself runs on, configured the way ``ext-tasks serve``
-  configures it (``ext_tasks.cli._hypercorn_config``): served by ``hypercorn.asyncio.serve`` on a uvloop
+  configures it (``ext_tasks.cli.hypercorn_config``): served by ``hypercorn.asyncio.serve`` on a uvloop
   event loop (its ``uvloop`` worker class), no access log, errors at warning level, keep-alive
   connections never closed for their request count (``keep_alive_max_requests``), backlog 1024,
   graceful timeout 5 s. The defaults below mirror that function; ``python -m bench`` passes the
@@ -66,7 +66,7 @@ def build(key: bytes) -> MCPServer:
     return server
 
 
-#: What ``ext_tasks.cli._hypercorn_config`` sets on top of hypercorn's defaults (besides the bind and
+#: What ``ext_tasks.cli.hypercorn_config`` sets on top of hypercorn's defaults (besides the bind and
 #: the error logger: ours logs through the app's JSON handler at the configured level, warning here).
 HYPERCORN_DEFAULTS: dict[str, Any] = {
     "accesslog": None,
@@ -110,7 +110,7 @@ def hypercorn_config(host: str, port: int, overrides: dict[str, Any]) -> Any:
 
 
 def serve_hypercorn(app: Any, config: Any) -> None:
-    """As ``ext_tasks.cli._run_single``: ``hypercorn.asyncio.serve`` until SIGTERM or SIGINT, on uvloop
+    """As ``ext_tasks.cli.serve_hypercorn``: ``hypercorn.asyncio.serve`` until SIGTERM or SIGINT, on uvloop
     when the configured worker class is ``uvloop``."""
     from hypercorn.asyncio import serve
 

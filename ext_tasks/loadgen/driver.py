@@ -46,6 +46,8 @@ class Step:
         self.mcp = Mcp(spec["path"], token=spec.get("token"), header_params=spec.get("header_params"))
         self.recorder = Recorder()
         self._made = 0
+        #: "last": an operation's latency runs from its last request's send (the bench: a resume alone).
+        self._from_last = spec.get("latency_from") == "last"
 
     def new_vu(self) -> Vu:
         self._made += 1
@@ -62,7 +64,8 @@ class Step:
             vu.resume = None
             return False
         now = time.perf_counter()
-        self.recorder.op(now, now - started, requests)
+        self.recorder.op(now, now - (vu.last_sent if self._from_last else started), requests, vu.marks)
+        vu.marks = {}
         return True
 
     async def closed(self, concurrency: int, end: float) -> None:
@@ -119,7 +122,7 @@ class Step:
         window_end = window_start + float(spec["duration_s"])
         self.recorder.window = (window_start, window_end)
         progress = asyncio.create_task(self._progress())
-        cpu = time.process_time()
+        cpu = asyncio.create_task(self._window_cpu(window_start, window_end))
         if spec.get("rate"):
             work = self.open(float(spec["rate"]), begin, window_end, float(spec.get("offset_s", 0.0)))
         else:
@@ -129,7 +132,15 @@ class Step:
         loops.cancel()  # whatever is still in flight after the window is not counted
         await asyncio.gather(loops, return_exceptions=True)
         progress.cancel()
-        return {**self.recorder.to_json(), "loader_cpu_s": time.process_time() - cpu}
+        return {**self.recorder.to_json(), "loader_cpu_s": await cpu}
+
+    @staticmethod
+    async def _window_cpu(start: float, end: float) -> float:
+        """The loader's CPU seconds inside the timed window (the warm-up's excluded), read at its edges."""
+        await asyncio.sleep(max(0.0, start - time.perf_counter()))
+        begin = time.process_time()
+        await asyncio.sleep(max(0.0, end - time.perf_counter()))
+        return time.process_time() - begin
 
     async def _progress(self) -> None:
         while True:

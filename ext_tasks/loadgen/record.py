@@ -1,5 +1,7 @@
 """What a loader counts in a timed window: operations, requests, latencies in an HDR histogram, and
-failures by what came back (HTTP status and JSON-RPC code) with a few samples each.
+failures by what came back (HTTP status and JSON-RPC code) with a few samples each. An operation may
+also report named durations of its own (the lifecycle: its create request, and the server's
+``lastUpdatedAt - createdAt``), each kept in a histogram of that name.
 
 Histograms travel between processes in HdrHistogram's own compressed encoding and are added exactly
 (every recorded value, not an average of percentiles), so several loader processes give one
@@ -9,6 +11,7 @@ distribution.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -32,6 +35,8 @@ class Recorder:
     ops: int = 0
     requests: int = 0
     latency: HdrHistogram = field(default_factory=new_histogram)
+    #: The operations' own named durations (``Vu.marks``), one histogram per name.
+    extra: dict[str, HdrHistogram] = field(default_factory=dict)
     errors: Counter[str] = field(default_factory=Counter)
     error_samples: dict[str, list[str]] = field(default_factory=dict)
     #: Every op and error, timed or not (the live progress display counts these).
@@ -41,13 +46,19 @@ class Recorder:
     def timed(self, at: float) -> bool:
         return self.window[0] <= at < self.window[1]
 
-    def op(self, finished: float, latency_s: float, requests: int = 1) -> None:
+    def op(
+        self, finished: float, latency_s: float, requests: int = 1, marks: Mapping[str, float] | None = None
+    ) -> None:
         self.seen_ops += 1
         if not self.timed(finished):
             return
         self.ops += 1
         self.requests += requests
-        self.latency.record_value(min(_HIGHEST_US, max(_LOWEST_US, round(latency_s * 1_000_000))))
+        _record(self.latency, latency_s)
+        for name, seconds in (marks or {}).items():
+            if name not in self.extra:  # not setdefault: a histogram is costly to allocate, once per op
+                self.extra[name] = new_histogram()
+            _record(self.extra[name], seconds)
 
     def error(self, at: float, key: str, sample: str) -> None:
         self.seen_errors += 1
@@ -65,7 +76,22 @@ class Recorder:
             "errors": dict(self.errors),
             "error_samples": self.error_samples,
             "histogram": self.latency.encode().decode("ascii"),
+            "extra_histograms": {name: histogram.encode().decode("ascii") for name, histogram in self.extra.items()},
         }
+
+
+def _record(histogram: HdrHistogram, seconds: float) -> None:
+    histogram.record_value(min(_HIGHEST_US, max(_LOWEST_US, round(seconds * 1_000_000))))
+
+
+def figures_ms(histogram: HdrHistogram) -> dict[str, float]:
+    """Percentiles, max and mean of ``histogram`` in milliseconds (empty when nothing was recorded)."""
+    if histogram.get_total_count() == 0:
+        return {}
+    figures = {f"p{p:g}": histogram.get_value_at_percentile(p) / 1000.0 for p in PERCENTILES}
+    figures["max"] = histogram.get_max_value() / 1000.0
+    figures["mean"] = histogram.get_mean_value() / 1000.0
+    return figures
 
 
 @dataclass
@@ -76,6 +102,7 @@ class Merged:
     ops: int = 0
     requests: int = 0
     latency: HdrHistogram = field(default_factory=new_histogram)
+    extra: dict[str, HdrHistogram] = field(default_factory=dict)
     errors: Counter[str] = field(default_factory=Counter)
     error_samples: dict[str, list[str]] = field(default_factory=dict)
 
@@ -83,18 +110,15 @@ class Merged:
         self.ops += int(part["ops"])
         self.requests += int(part["requests"])
         self.latency.add(HdrHistogram.decode(part["histogram"].encode("ascii")))
+        for name, encoded in part.get("extra_histograms", {}).items():
+            self.extra.setdefault(name, new_histogram()).add(HdrHistogram.decode(encoded.encode("ascii")))
         self.errors.update(part["errors"])
         for key, samples in part["error_samples"].items():
             kept = self.error_samples.setdefault(key, [])
             kept += samples[: _SAMPLES_PER_KEY - len(kept)]
 
     def latency_ms(self) -> dict[str, float]:
-        if self.latency.get_total_count() == 0:
-            return {}
-        figures = {f"p{p:g}": self.latency.get_value_at_percentile(p) / 1000.0 for p in PERCENTILES}
-        figures["max"] = self.latency.get_max_value() / 1000.0
-        figures["mean"] = self.latency.get_mean_value() / 1000.0
-        return figures
+        return figures_ms(self.latency)
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -104,6 +128,7 @@ class Merged:
             "requests": self.requests,
             "requests_per_s": self.requests / self.seconds if self.seconds else 0.0,
             "latency_ms": self.latency_ms(),
+            "extra_latency_ms": {name: figures_ms(histogram) for name, histogram in self.extra.items()},
             "errors": dict(self.errors),
             "error_samples": self.error_samples,
             "histogram": self.latency.encode().decode("ascii"),

@@ -114,7 +114,17 @@ async def _population(client: Client, plan: Plan) -> list[str]:
     return ids
 
 
-async def run_step(plan: Plan, base: dict[str, Any], level: float, progress: Progress | None) -> StepResult:
+async def run_step(
+    plan: Plan,
+    base: dict[str, Any],
+    level: float,
+    progress: Progress | None,
+    *,
+    command_prefix: tuple[str, ...] = (),
+    on_start: Callable[[float], None] | None = None,
+) -> StepResult:
+    """One step in ``plan.processes`` loader processes, each started under ``command_prefix`` (the bench:
+    ``taskset -c 0``); ``on_start`` gets the wall-clock start of the warm-up, once every loader is ready."""
     label = f"rate {level:g}/s" if plan.open_loop else f"c={int(level)}"
     processes = max(1, min(plan.processes, int(level)) if not plan.open_loop else plan.processes)
     specs = []
@@ -126,12 +136,14 @@ async def run_step(plan: Plan, base: dict[str, Any], level: float, progress: Pro
         else:
             spec["concurrency"] = int(level) // processes + (1 if index < int(level) % processes else 0)
         specs.append(spec)
-    loaders = [await _Loader.start(spec) for spec in specs]
+    loaders = [await _Loader.start(spec, command_prefix) for spec in specs]
     try:
         await asyncio.gather(*(loader.ready() for loader in loaders))
         start_at = time.time() + _START_LEAD_S
         for loader in loaders:
             loader.go(start_at)
+        if on_start is not None:
+            on_start(start_at)
         total_s = _START_LEAD_S + plan.warmup_s + plan.duration_s
 
         def seen() -> None:
@@ -158,9 +170,9 @@ class _Loader:
         self.errors = 0
 
     @classmethod
-    async def start(cls, spec: dict[str, Any]) -> _Loader:
+    async def start(cls, spec: dict[str, Any], command_prefix: tuple[str, ...] = ()) -> _Loader:
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "ext_tasks.loadgen.driver",
+            *command_prefix, sys.executable, "-m", "ext_tasks.loadgen.driver",
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
         loader = cls(process)

@@ -9,7 +9,8 @@
 * ``lifecycle``: create a task, poll it at its advertised ``pollIntervalMs`` (or a fixed interval) to
   its end, answering its questions with ``tasks/update``.
 
-An operation returns how many requests it sent, or raises :class:`~.mcp.Failure`. A ``completed``
+An operation returns how many requests it sent, or raises :class:`~.mcp.Failure`. It may leave named
+durations of its own in ``vu.marks`` (seconds), recorded beside its latency. A ``completed``
 result with ``isError``, and a task that ends ``failed`` or ``cancelled``, are failures of the
 operation (the server answered, the work did not succeed).
 """
@@ -17,7 +18,10 @@ operation (the server answered, the work did not succeed).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import Any, Final
 
 from .http import REQUEST_TIMEOUT_S, Connection
@@ -42,8 +46,13 @@ class Vu:
         #: replay: the completing retry's params; tasks-get: the next task's position.
         self.resume: dict[str, Any] | None = None
         self.cursor = index * 7919
+        #: The operation's own durations (seconds, by name), taken by the loader after each operation.
+        self.marks: dict[str, float] = {}
+        #: When the latest request was sent (``latency_from: "last"`` measures an operation from there).
+        self.last_sent = 0.0
 
     async def call(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        self.last_sent = time.perf_counter()
         try:
             async with asyncio.timeout(REQUEST_TIMEOUT_S):
                 return await self.mcp.call(self.conn, method, params)
@@ -121,15 +130,19 @@ async def tasks_get_op(vu: Vu) -> int:
 
 async def lifecycle_op(vu: Vu) -> int:
     created = await vu.call("tools/call", vu.tool_params())
+    create_s = time.perf_counter() - vu.last_sent
     if created.get("resultType") != "task" or not isinstance(created.get("taskId"), str):
         raise Failure("protocol", f"{vu.tool} answered without a task: {str(created)[:160]}")
     task_id: str = created["taskId"]
     fixed = vu.spec.get("poll_ms")
+    # poll_first: the first tasks/get right after the create answer (the bench's instant tasks), not a pause later.
+    pause_next = not vu.spec.get("poll_first")
     state, sent = created, 1
     answered: set[str] = set()
     while state.get("status") not in TERMINAL:
-        pause = fixed / 1000.0 if fixed is not None else _advertised_s(state)
-        await asyncio.sleep(pause)
+        if pause_next:
+            await asyncio.sleep(fixed / 1000.0 if fixed is not None else _advertised_s(state))
+        pause_next = True
         state = await vu.call("tasks/get", {"taskId": task_id})
         sent += 1
         if state.get("status") == "input_required":
@@ -142,7 +155,14 @@ async def lifecycle_op(vu: Vu) -> int:
         error = state.get("error") or {}
         raise Failure(f"task {state['status']}", str(error.get("message", state.get("statusMessage", ""))))
     _failed_result(state.get("result") or {})
+    vu.marks["create"] = create_s
+    with contextlib.suppress(KeyError, TypeError, ValueError):  # timestamps are optional: no server figure then
+        vu.marks["server"] = _instant(state["lastUpdatedAt"]) - _instant(state["createdAt"])
     return sent
+
+
+def _instant(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
 def _advertised_s(state: dict[str, Any]) -> float:
@@ -152,10 +172,14 @@ def _advertised_s(state: dict[str, Any]) -> float:
     return DEFAULT_POLL_S
 
 
+#: The echo floor's request: a small JSON-RPC request object (the bench's Litestar echo decodes it).
+ECHO_BODY: Final = b'{"jsonrpc":"2.0","id":1,"method":"echo","params":{"vu":1}}'
+
+
 async def echo_op(vu: Vu) -> int:
-    """The self-check's operation: a JSON-RPC body to a trivial echo server."""
-    status, _, payload = await vu.conn.post(vu.mcp.path, b"Content-Type: application/json\r\n", b'{"id":1}')
-    if status != 200:
+    """A JSON-RPC request to an echo server (the self-check's, or the bench's floor): a result must come back."""
+    status, _, payload = await vu.conn.post(vu.mcp.path, b"Content-Type: application/json\r\n", ECHO_BODY)
+    if status != 200 or b'"result"' not in payload:
         raise Failure(f"HTTP {status}", repr(payload[:100]))
     return 1
 

@@ -64,6 +64,8 @@ MIN_KEY_BYTES: Final = 32
 MAX_TOKEN_CHARS: Final = 256 * 1024
 #: Tolerated clock difference between instances when checking ``iat``.
 CLOCK_SKEW_S: Final = 60
+#: How long a requestState stays valid, unless configured (``EXT_TASKS_STATE_TTL_S``).
+STATE_TTL_S: Final = 600
 _TAG_CACHE_SIZE: Final = 4096
 
 
@@ -188,7 +190,7 @@ class ResumeCodec:
         keys: Sequence[bytes],
         *,
         audience: str,
-        ttl_s: int = 600,
+        ttl_s: int = STATE_TTL_S,
         encrypt: bool = False,
         clock: Callable[[], float] = time.time,
     ) -> None:

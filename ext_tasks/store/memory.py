@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Final
 
+from ..clock import now_ms
 from ..protocol.tasks import TaskRecord
 from .base import TOMBSTONE_MS, ActiveLimit, ExistingTask, Expired, IdempotencyClaim, Run, WatchItem
 from .ceilings import CEILING, within_ceiling
@@ -30,7 +30,7 @@ _WATCH_QUEUE: Final = 1024
 
 class MemoryTaskStore:
     def __init__(self, *, clock_ms: Callable[[], int] | None = None) -> None:
-        self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+        self._clock_ms = clock_ms or now_ms
         self._records: dict[str, TaskRecord] = {}
         self._tombstones: dict[str, tuple[str, int]] = {}
         self._idempotency: dict[str, tuple[ExistingTask, int]] = {}

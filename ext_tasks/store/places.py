@@ -23,9 +23,9 @@ place lapses at its task's expiry, and gives its bytes back with it.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
+from ..clock import now_ms
 from ..protocol.tasks import TaskRecord, stored_bytes
 from .base import ActiveLimit, Place, TooManyActiveTasks, TooManyStoredBytes, TooManyStoredTasks
 
@@ -69,7 +69,7 @@ class MemoryPlaces:
     in the middle of a change, so on one event loop each is atomic."""
 
     def __init__(self, clock_ms: Callable[[], int] | None = None) -> None:
-        self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+        self._clock_ms = clock_ms or now_ms
         self._owners: dict[str, _Ledger] = {}
 
     async def take(self, place: Place, limit: ActiveLimit) -> None:

@@ -27,6 +27,7 @@ from typing import Any
 import httpx
 import pytest
 
+from ext_tasks.protocol.errors import HEADER_MISMATCH
 from tests.e2e.test_conformance import SCORED_SCENARIOS, assert_all_passed, run_referee
 from tests.e2e.test_conformance_tasks import TASK_SCENARIOS
 from tests.support.cluster import (
@@ -316,7 +317,7 @@ def test_task_methods_without_mcp_name_are_served_on_every_instance(tools_cluste
         assert got.json()["result"]["status"] == "input_required"
         # A present but different Mcp-Name is still refused, on every instance.
         wrong = without_mcp_name(api, url, "tasks/get", {"taskId": task_id}, "another-task")
-        assert (wrong.status_code, wrong.json()["error"]["code"]) == (400, -32020)
+        assert (wrong.status_code, wrong.json()["error"]["code"]) == (400, HEADER_MISMATCH)
     answer = {"taskId": task_id, "inputResponses": {"name": {"action": "accept", "content": {"name": "Bo"}}}}
     updated = without_mcp_name(api, urls[2], "tasks/update", answer, None)
     assert updated.status_code == 200, updated.text
@@ -333,7 +334,7 @@ def test_strict_headers_refuse_task_methods_without_mcp_name(tmp_path: Path, api
     with running_server(tmp_path, tools=TASK_TOOLS, env={"EXT_TASKS_STRICT_HEADERS": "true"}) as server:
         task_id = api.create(server.url, "sleepy", {"seconds": 0.1})["taskId"]
         refused = without_mcp_name(api, server.url, "tasks/get", {"taskId": task_id}, None)
-        assert (refused.status_code, refused.json()["error"]["code"]) == (400, -32020)
+        assert (refused.status_code, refused.json()["error"]["code"]) == (400, HEADER_MISMATCH)
         assert "Mcp-Name is missing" in refused.json()["error"]["message"]
         assert api.get(server.url, task_id)["taskId"] == task_id  # with the header it is served
 

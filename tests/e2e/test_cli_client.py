@@ -19,6 +19,7 @@ from typing import Any
 import pexpect
 import pytest
 
+from ext_tasks.protocol.errors import INTERNAL_ERROR, INVALID_PARAMS, MISSING_REQUIRED_CLIENT_CAPABILITY
 from tests.support.processes import REPO, ServerProcess, running_server
 
 pytestmark = pytest.mark.e2e
@@ -148,11 +149,11 @@ def test_json_output_is_the_result_and_nothing_else(fixtures: ServerProcess) -> 
     [
         (("greet", "name=Ada"), 0, "stdout", "Hello, Ada!"),
         (("failing_job",), 1, "stdout", "The job failed: the input file is corrupt"),
-        (("protocol_error_job",), 1, "stderr", "failed: Upstream API rate limit exceeded (JSON-RPC -32603)"),
-        (("no_such_tool",), 2, "stderr", "Unknown tool: no_such_tool (JSON-RPC -32602)"),
+        (("protocol_error_job",), 1, "stderr", f"failed: Upstream API rate limit exceeded (JSON-RPC {INTERNAL_ERROR})"),
+        (("no_such_tool",), 2, "stderr", f"Unknown tool: no_such_tool (JSON-RPC {INVALID_PARAMS})"),
         (("greet", "name"), 2, "stderr", "expected key=value or key:=json"),
         (("greet", "n:={oops"), 2, "stderr", "not JSON"),
-        (("test_missing_capability",), 2, "stderr", "JSON-RPC -32021"),
+        (("test_missing_capability",), 2, "stderr", f"JSON-RPC {MISSING_REQUIRED_CLIENT_CAPABILITY}"),
     ],
     ids=["completed", "is-error", "failed", "unknown-tool", "bad-item", "bad-json", "missing-capability"],
 )

@@ -21,6 +21,7 @@ from ext_tasks.client import (
     TaskFailed,
     tasks,
 )
+from ext_tasks.protocol.errors import INTERNAL_ERROR
 from tests.e2e.conftest import STORES, store_url_for
 from tests.support.cluster import running_cluster
 from tests.support.lossy_proxy import LossyProxy
@@ -132,7 +133,7 @@ async def test_a_failed_task_raises_its_error(server: Served) -> None:
     async with Client(server.url) as client:
         with pytest.raises(TaskFailed) as failed:
             await client.call_tool("protocol_error_job", {})
-    assert failed.value.code == -32603 and "rate limit" in failed.value.message and failed.value.task_id
+    assert failed.value.code == INTERNAL_ERROR and "rate limit" in failed.value.message and failed.value.task_id
 
 
 async def test_a_cancelled_task_raises_and_stops_on_the_server(server: Served) -> None:

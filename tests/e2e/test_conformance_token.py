@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from ext_tasks.protocol.errors import INVALID_REQUEST
 from tests.e2e.test_conformance import (
     PENDING_SCENARIOS,
     SCORED_SCENARIOS,
@@ -59,7 +60,7 @@ def test_the_server_refuses_a_request_without_the_token(server: ServerProcess) -
     with httpx.Client(timeout=10.0) as client:
         response, message = post(client, server.url, "server/discover", {})
     assert response.status_code == 401
-    assert message["error"]["code"] == -32600
+    assert message["error"]["code"] == INVALID_REQUEST
 
 
 @pytest.mark.parametrize(

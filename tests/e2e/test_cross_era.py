@@ -14,6 +14,12 @@ from typing import Any
 import httpx
 import pytest
 
+from ext_tasks.protocol.errors import (
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    MISSING_REQUIRED_CLIENT_CAPABILITY,
+)
 from tests.support.cluster import wait_for
 from tests.support.mcp_http import post
 from tests.support.processes import ServerProcess, running_server
@@ -75,7 +81,7 @@ def test_a_task_created_by_a_modern_client_is_seen_and_cancelled_by_a_legacy_one
     assert modern(server, "tasks/get", {"taskId": task_id})["result"]["status"] == "cancelled"
     # Legacy semantics: a terminal task cannot be cancelled again (the modern era acks instead).
     again = legacy.call("tasks/cancel", {"taskId": task_id})
-    assert again["error"]["code"] == -32602
+    assert again["error"]["code"] == INVALID_PARAMS
     assert again["error"]["message"] == "Cannot cancel task: already in terminal status 'cancelled'"
     assert modern(server, "tasks/cancel", {"taskId": task_id})["result"]["resultType"] == "complete"
 
@@ -83,17 +89,20 @@ def test_a_task_created_by_a_modern_client_is_seen_and_cancelled_by_a_legacy_one
 def test_each_era_gets_its_own_errors(server: ServerProcess) -> None:
     legacy = Legacy(server)
     # A task-required tool without augmentation: -32601 for a legacy client, -32021 for a modern one.
-    assert legacy.call("tools/call", {"name": "failing_job", "arguments": {}})["error"]["code"] == -32601
-    assert modern(server, "tools/call", {"name": "failing_job"}, capabilities={})["error"]["code"] == -32021
+    assert legacy.call("tools/call", {"name": "failing_job", "arguments": {}})["error"]["code"] == METHOD_NOT_FOUND
+    assert (
+        modern(server, "tools/call", {"name": "failing_job"}, capabilities={})["error"]["code"]
+        == MISSING_REQUIRED_CLIENT_CAPABILITY
+    )
     # Legacy methods on the modern path are unknown (-32601, HTTP 404), and a stray session header
     # does not make a modern request legacy.
     with httpx.Client(timeout=10.0, headers={"Mcp-Session-Id": "stray"}) as client:
         response, message = post(client, server.url, "tasks/list", {}, capabilities=CAPS)
-    assert (response.status_code, message["error"]["code"]) == (404, -32601)
+    assert (response.status_code, message["error"]["code"]) == (404, METHOD_NOT_FOUND)
     # A legacy request without a session: a plain 400, never a modern -320xx code.
     no_session = httpx.post(server.url, json={"jsonrpc": "2.0", "id": 9, "method": "tools/list", "params": {}})
     assert no_session.status_code == 400
-    assert no_session.json()["error"]["code"] == -32600
+    assert no_session.json()["error"]["code"] == INVALID_REQUEST
 
 
 def test_a_legacy_client_waits_for_a_task_result(server: ServerProcess) -> None:

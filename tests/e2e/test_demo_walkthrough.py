@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
+from ext_tasks.protocol.errors import INVALID_PARAMS
 from ext_tasks.protocol.resume import generate_key
 from tests.support.cluster import wait_for as poll_until
 from tests.support.mcp_http import post
@@ -92,7 +93,7 @@ def test_the_same_key_for_another_deploy_is_refused(demo: ServerProcess) -> None
         refused = call(
             client, demo, "tools/call", {"name": "deploy", "arguments": {"service": "b", "ref": "1"}}, extra_meta=key
         )
-    assert refused["error"]["code"] == -32602
+    assert refused["error"]["code"] == INVALID_PARAMS
     assert "different tool or different arguments" in refused["error"]["message"]
 
 

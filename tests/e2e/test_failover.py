@@ -22,6 +22,7 @@ import httpx
 import pytest
 import valkey
 
+from ext_tasks.protocol.errors import INTERNAL_ERROR
 from tests.e2e.failover_load import CAPABILITIES, FailoverLoad
 from tests.e2e.task_tools import JOURNAL_VARIABLE
 from tests.support.cluster import Cluster, running_cluster, wait_for
@@ -184,7 +185,7 @@ def test_too_few_replicas_answers_retry_later_and_the_resend_finds_the_task(tmp_
         first, body = post(client, fleet.url, "tools/call", params, capabilities=CAPABILITIES, extra_meta=meta)
         assert first.status_code == 503, body
         assert first.headers.get("Retry-After")
-        assert body["error"]["code"] == -32603
+        assert body["error"]["code"] == INTERNAL_ERROR
         second, _ = post(client, fleet.url, "tools/call", params, capabilities=CAPABILITIES, extra_meta=meta)
         assert second.status_code == 503
         assert fleet.valkey is not None

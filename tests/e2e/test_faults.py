@@ -34,6 +34,7 @@ import httpx
 import pytest
 from valkey import Valkey
 
+from ext_tasks.protocol.errors import INTERNAL_ERROR
 from ext_tasks.store.ids import PARTITION_TAGS
 from ext_tasks.store.valkey.keys import KeySchema
 from tests.support.cluster import fleet_env, keygen, running_servers, running_worker, wait_for
@@ -153,7 +154,7 @@ def assert_store_error(reply: Reply, what: str) -> None:
     assert "id" in reply.message, reply.body
     error = reply.message.get("error")
     assert isinstance(error, dict), reply.body
-    assert error.get("code") == -32603, reply.body
+    assert error.get("code") == INTERNAL_ERROR, reply.body
     message = error.get("message")
     assert isinstance(message, str), reply.body
     assert "store" in message.lower(), f"{what}: the message does not say what is wrong: {reply.body}"
@@ -291,7 +292,7 @@ def test_valkey_restart_loses_no_acknowledged_task(tmp_path: Path, capsys: pytes
             f"statuses {dict(statuses)}; all terminal {settled_in:.1f}s after Valkey was back",
         )
         # Refusals during the outage are well-formed 503s, never anything else.
-        assert set(creator.refused) <= {"HTTP 503 -32603"}, dict(creator.refused)
+        assert set(creator.refused) <= {f"HTTP 503 {INTERNAL_ERROR}"}, dict(creator.refused)
         assert statuses == Counter({"completed": len(acknowledged)}), (statuses, missing())
         for task_id, task in outcomes.items():
             assert result_text(task).startswith("slept "), (task_id, task)

@@ -48,6 +48,7 @@ from ext_tasks.compose import Runtime, build_authenticator, load_registry
 from ext_tasks.config import Settings
 from ext_tasks.http import create_app
 from ext_tasks.options import WorkerOptions
+from ext_tasks.protocol.errors import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR
 from ext_tasks.protocol.resume import generate_key, parse_key
 from tests.support.mcp_http import header_value
 from tests.support.valkey import running_valkey
@@ -514,7 +515,7 @@ def test_wrong_json_rpc_shapes(fuzz: Apps, shape: Any, batch: int) -> None:
             # No batches in 2026-07-28: -32600 (or -32700 if a float made it NaN/Infinity, not JSON).
             error = exchange.error()
             assert error is not None, exchange
-            assert error["code"] in (-32600, -32700), exchange
+            assert error["code"] in (INVALID_REQUEST, PARSE_ERROR), exchange
 
 
 # --- 3. every method with junk params, headers mirroring the body --------------------------------------
@@ -811,7 +812,7 @@ def test_huge_bodies(fuzz: Apps, size: int, where: str) -> None:
             assert exchange.status == 413, (len(encoded), exchange.status)
             error = exchange.error()
             assert error is not None
-            assert error["code"] == -32600
+            assert error["code"] == INVALID_REQUEST
         else:
             assert exchange.status < 400, exchange
 
@@ -918,7 +919,7 @@ def test_random_and_mutated_request_state(fuzz: Apps, data: st.DataObject, pick:
             assert error is None, exchange  # a no-op mutation (e.g. swapcase of a digit-only text)
             continue
         assert error is not None, (f"a changed requestState was accepted: {state!r}", exchange)
-        assert error["code"] == -32602, exchange
+        assert error["code"] == INVALID_PARAMS, exchange
         if isinstance(state, str) and tool == real.tool and not arguments:
             assert error["message"] == INVALID_STATE, error  # one fixed message, whatever the reason
 
@@ -948,7 +949,7 @@ def test_random_task_ids(fuzz: Apps, method: str, task_id: str) -> None:
         exchange = app.rpc(method, params, what=f"{method} {task_id!r:.40}")
         error = exchange.error()
         assert error is not None, exchange
-        assert error["code"] == -32602, exchange
+        assert error["code"] == INVALID_PARAMS, exchange
         assert error["message"] == NOT_FOUND, exchange
 
 
@@ -962,7 +963,7 @@ def test_task_ids_of_the_wrong_type_or_size(fuzz: Apps, method: str, task_id: An
         exchange = app.rpc(method, {"taskId": task_id}, what=f"{method} {task_id!r:.40}")
         error = exchange.error()
         assert error is not None, exchange
-        assert error["code"] == -32602, exchange
+        assert error["code"] == INVALID_PARAMS, exchange
 
 
 # --- 9. answers for keys never asked -----------------------------------------------------------------------------
@@ -1010,7 +1011,7 @@ def test_task_answers_for_keys_never_asked_are_ignored(
         else:
             error = exchange.error()
             assert error is not None, exchange
-            assert error["code"] == -32602, exchange
+            assert error["code"] == INVALID_PARAMS, exchange
         task = app.rpc("tasks/get", {"taskId": task_id}, what="still waiting").result()
         assert task is not None
         assert task["status"] == "input_required", task
@@ -1037,7 +1038,7 @@ def test_mrtr_answers_for_keys_never_asked_are_asked_again(
         else:
             error = exchange.error()
             assert error is not None, exchange
-            assert error["code"] == -32602, exchange
+            assert error["code"] == INVALID_PARAMS, exchange
 
 
 # --- 10. the 2025-11-25 era on the same endpoint (the migration shim) ------------------------------------------
@@ -1199,7 +1200,7 @@ def test_nesting_around_the_recursion_limit(fuzz: Apps, offset: int, kind: str, 
             assert exchange.status == 400, exchange
             error = exchange.error()
             assert error is not None, exchange
-            assert error["code"] == -32700, exchange
+            assert error["code"] == PARSE_ERROR, exchange
 
 
 # --- targeted cases ------------------------------------------------------------------------------------------------
@@ -1224,7 +1225,7 @@ def test_a_malformed_host_header_gets_a_json_rpc_error(apps: Apps, host: str) ->
         assert exchange.status in (400, 403), exchange
         error = exchange.error()
         assert error is not None, exchange.body
-        assert error["code"] == -32600, exchange.body
+        assert error["code"] == INVALID_REQUEST, exchange.body
 
 
 def test_an_allowed_and_a_foreign_host_header(apps: Apps) -> None:

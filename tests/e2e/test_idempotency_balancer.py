@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
+from ext_tasks.protocol.errors import INVALID_PARAMS
 from tests.e2e.conftest import STORES, store_url_for
 from tests.support.cluster import Cluster, running_cluster, wait_for
 from tests.support.mcp_http import post
@@ -100,7 +101,7 @@ def test_the_same_key_with_other_arguments_is_refused_on_any_instance(fleet: Clu
     assert "result" in send(fleet.url, "alice", first, "shared-key-7")
     for _ in range(3):  # round robin: the refusal comes from every instance alike
         refused = send(fleet.url, "alice", {**first, "label": "b"}, "shared-key-7")
-        assert refused["error"]["code"] == -32602
+        assert refused["error"]["code"] == INVALID_PARAMS
         assert "different tool or different arguments" in refused["error"]["message"]
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
+from ext_tasks.protocol.errors import METHOD_NOT_FOUND
 from tests.support.clients import mcp1_python, run_json_client
 from tests.support.cluster import running_cluster, wait_for
 from tests.support.processes import REPO, free_port, running_server, stop
@@ -57,7 +58,7 @@ def assert_legacy_flow(observed: dict[str, Any], *, policies_known: bool = True,
     assert observed["mrtr"] == "Hello, Grace!"
     # A forbidden tool asked for as a task: -32601 where the policy is known; through a proxy (policy not on
     # the wire) the upstream answers inline and the shim hands the answer over as a completed task.
-    assert observed["forbiddenAsTask"] == (-32601 if policies_known else "Hello, Ada!")
+    assert observed["forbiddenAsTask"] == (METHOD_NOT_FOUND if policies_known else "Hello, Ada!")
     assert observed["elicitations"] == ["Delete old.log?", "What is your name?"]
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
+from ext_tasks.protocol.errors import INVALID_PARAMS
 from tests.support.cluster import keygen
 from tests.support.mcp_http import post
 from tests.support.processes import REPO, ServerProcess, free_port, running_server
@@ -73,7 +74,7 @@ def expect_question(message: dict[str, Any], key: str) -> str:
 
 def expect_invalid_state(message: dict[str, Any]) -> None:
     assert "error" in message, message
-    assert message["error"]["code"] == -32602, message
+    assert message["error"]["code"] == INVALID_PARAMS, message
     assert message["error"]["message"] == INVALID_STATE, message
 
 

@@ -26,7 +26,7 @@ from tests.support.processes import ServerProcess, running_server
 
 pytestmark = pytest.mark.e2e
 
-TOOLS = "bench.hardening.figtools"  # ``spew``, also measured by bench/hardening/fig5_buffers.py
+TOOLS = "investigations.hardening.figtools"  # ``spew``, also measured by investigations/hardening/fig5_buffers.py
 SPEW_S = 3.0
 #: What a stream that nobody reads may cost the server, at most: the buffer holds 256 reports of ~1 KB,
 #: and the socket's buffers a few MB more. The unbounded queue grew past this within the first second.

@@ -36,6 +36,7 @@ import httpx
 import pytest
 from cryptography.hazmat.primitives import serialization
 
+from ext_tasks.protocol.errors import INTERNAL_ERROR, INVALID_REQUEST
 from tests.support.auth_server import AuthServer
 from tests.support.cluster import spawn_server, wait_for, wait_listening
 from tests.support.legacy import Session
@@ -64,8 +65,8 @@ INTROSPECTION_CACHE_S = 1.0
 #: The JWKS fetch bound of the servers facing a hostile JWKS endpoint.
 FETCH_TIMEOUT_S = 1.0
 PLAIN_SCOPES = f"{BASE_SCOPE} tasks:write"
-UNAUTHORIZED = {"code": -32600, "message": "Unauthorized: a bearer token is required"}
-INVALID = {"code": -32600, "message": "Unauthorized: the bearer token is invalid or expired"}
+UNAUTHORIZED = {"code": INVALID_REQUEST, "message": "Unauthorized: a bearer token is required"}
+INVALID = {"code": INVALID_REQUEST, "message": "Unauthorized: the bearer token is invalid or expired"}
 
 
 @pytest.fixture(scope="module")
@@ -279,7 +280,7 @@ def test_a_tool_needing_a_scope_the_token_lacks_is_403_then_served_with_it(fleet
         assert message == {
             "jsonrpc": "2.0",
             "error": {
-                "code": -32600,
+                "code": INVALID_REQUEST,
                 "message": f"Forbidden: the token lacks a scope this request needs ({DEPLOY_SCOPE})",
                 "data": {"requiredScopes": [DEPLOY_SCOPE]},
             },
@@ -396,7 +397,7 @@ def test_a_hostile_jwks_endpoint_costs_a_bounded_503(
         assert response.status_code == 503, (message, server.log()[-2000:])
         assert int(response.headers["retry-after"]) >= 1
         assert "www-authenticate" not in response.headers  # the token may be fine: no challenge
-        assert message["error"]["code"] == -32603
+        assert message["error"]["code"] == INTERNAL_ERROR
         assert message["error"]["message"] == "Service unavailable: the authorization server's keys cannot be fetched"
     # The first request waited for one fetch at most; the next is refused at once (no fetch per request).
     assert timings[0] < FETCH_TIMEOUT_S + 1.0, timings

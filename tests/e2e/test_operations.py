@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from ext_tasks.protocol.errors import INVALID_PARAMS, METHOD_NOT_FOUND
 from ext_tasks.protocol.resume import generate_key
 from tests.e2e.conftest import STORES, store_url_for
 from tests.support.cluster import Cluster, running_cluster, wait_for
@@ -134,7 +135,8 @@ def test_metrics_are_scraped_from_each_instance(fleet: Cluster) -> None:
     print("metrics scrape of instance A (excerpt):\n" + "\n".join(lines[:40]))
     text = scrape.text
     assert 'ext_tasks_requests_total{method="tools/list",outcome="ok"}' in text
-    assert 'ext_tasks_requests_total{method="other",outcome="-32601"}' in text  # unknown names share one label
+    # Unknown method names share one label.
+    assert f'ext_tasks_requests_total{{method="other",outcome="{METHOD_NOT_FOUND}"}}' in text
     assert "ext_tasks_request_seconds_bucket" in text
     assert "ext_tasks_run_queue_depth" in text
     assert "ext_tasks_lease_reclaims_total" in text
@@ -201,7 +203,7 @@ def exercise(server: ServerProcess, token: str) -> list[str]:
             "requestState": tampered,
         }
         _, refused = post(client, server.url, "tools/call", params, capabilities=TASKS)
-        assert refused["error"]["code"] == -32602
+        assert refused["error"]["code"] == INVALID_PARAMS
         for tool in ("quick", "quick_secret"):
             _, created = post(client, server.url, "tools/call", {"name": tool, "arguments": {}}, capabilities=TASKS)
             task_id = created["result"]["taskId"]

@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
+from ext_tasks.protocol.errors import INVALID_REQUEST
 from ext_tasks.protocol.resume import generate_key
 from tests.support.mcp_http import modern_request, post
 from tests.support.processes import ServerProcess, running_server
@@ -92,7 +93,7 @@ def test_requests_without_a_known_token_are_refused(server: ServerProcess) -> No
             response, message = post(client, server.url, "tools/list", {}, capabilities=CAPS)
         assert response.status_code == 401
         assert response.headers["www-authenticate"] == "Bearer"
-        assert message["error"]["code"] == -32600
+        assert message["error"]["code"] == INVALID_REQUEST
 
 
 def _listen_ack(client: httpx.Client, server: ServerProcess, task_ids: list[str]) -> dict[str, Any]:

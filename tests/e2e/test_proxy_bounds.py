@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
+from ext_tasks.protocol.errors import INTERNAL_ERROR, INVALID_REQUEST, PARSE_ERROR
 from tests.support.cluster import wait_for
 from tests.support.hostile import CHALLENGE, HostileServer
 from tests.support.mcp_http import modern_request
@@ -97,7 +98,7 @@ def test_a_silent_upstream_is_a_504_within_the_read_timeout(proxy: tuple[str, in
     started = time.monotonic()
     response = _call(url, "stall")
     waited = time.monotonic() - started
-    assert response.status_code == 504 and _error(response)["code"] == -32603, response.text[:300]
+    assert response.status_code == 504 and _error(response)["code"] == INTERNAL_ERROR, response.text[:300]
     assert READ_TIMEOUT_S <= waited < READ_TIMEOUT_S + 3, f"answered after {waited:.1f}s"
     # Silence is measured between reads: keep-alives for longer than the timeout keep a stream open ...
     kept = _call(url, "keepalives")
@@ -121,7 +122,7 @@ def test_deep_json_is_a_parse_error_not_a_bare_500(proxy: tuple[str, int]) -> No
     assert response.status_code == 502, response.text[:300]
     assert response.json()["id"] == "deep"
     error = _error(response)
-    assert error["code"] == -32700 and "nested deeper than 100 levels" in error["message"]
+    assert error["code"] == PARSE_ERROR and "nested deeper than 100 levels" in error["message"]
 
 
 def test_a_legacy_caller_gets_the_same_answers_in_its_era(proxy: tuple[str, int]) -> None:
@@ -157,4 +158,4 @@ def test_the_upstreams_challenge_reaches_the_client(proxy: tuple[str, int]) -> N
     response = _call(proxy[0], "unauthorized")
     assert response.status_code == 401
     assert response.headers["www-authenticate"] == CHALLENGE
-    assert _error(response)["code"] == -32600
+    assert _error(response)["code"] == INVALID_REQUEST

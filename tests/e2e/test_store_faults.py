@@ -37,6 +37,7 @@ import httpx
 import pytest
 from valkey import Valkey
 
+from ext_tasks.protocol.errors import INVALID_REQUEST
 from ext_tasks.protocol.resume import generate_key
 from ext_tasks.store.ids import partition_of
 from ext_tasks.store.valkey.keys import KeySchema
@@ -208,7 +209,7 @@ def test_a_stalled_body_is_answered_408_and_closed_while_others_are_served(
         assert "id" in message, message
         error = message["error"]
         assert isinstance(error["code"], int), message
-        assert error["code"] == -32600, message
+        assert error["code"] == INVALID_REQUEST, message
         assert "timeout" in error["message"].lower(), message
         assert BODY_TIMEOUT_S * 0.9 <= stalled.first_byte_s < STALL_EOF_WITHIN_S, stalled.first_byte_s
         assert stalled.eof_s < STALL_EOF_WITHIN_S, stalled.eof_s

@@ -34,6 +34,7 @@ import httpx
 import pytest
 from valkey import Valkey
 
+from ext_tasks.protocol.errors import INTERNAL_ERROR
 from ext_tasks.protocol.resume import generate_key
 from tests.e2e.test_faults import TERMINAL, Api, report, server_logs, task_id_of
 from tests.e2e.test_store_faults import TOOLS, LegacySession, log_records, readyz, serving, status_of
@@ -145,7 +146,7 @@ def refused_right(response: httpx.Response) -> bool:
     if response.status_code != 503 or not response.headers.get("retry-after"):
         return False
     error = response.json().get("error", {})
-    return error.get("code") == -32603 and "store" in str(error.get("message")).lower()
+    return error.get("code") == INTERNAL_ERROR and "store" in str(error.get("message")).lower()
 
 
 def test_every_task_acknowledged_while_valkey_is_full_ends_once_memory_is_back(

@@ -30,6 +30,7 @@ from typing import Any
 
 import pytest
 
+from ext_tasks.protocol.errors import INTERNAL_ERROR
 from tests.e2e.ts_tools import BROKEN_DATA, BROKEN_MESSAGE, CANCELLED_LINE
 from tests.support.clients import run_json_client
 from tests.support.cluster import Cluster, running_cluster, wait_for
@@ -377,7 +378,7 @@ def test_a_json_rpc_failure_ends_the_task_failed(run: Run) -> None:
     if run.mode == "modern":
         # The package carries the task's JSON-RPC error through.
         assert outcome["error"]["message"] == BROKEN_MESSAGE
-        assert outcome["error"]["code"] == -32603
+        assert outcome["error"]["code"] == INTERNAL_ERROR
         assert outcome["error"]["data"] == {**BROKEN_DATA, "job": "nightly"}
     else:
         # The legacy path has only the task's statusMessage to report.

@@ -34,6 +34,7 @@ import httpx
 import pytest
 from valkey import Valkey
 
+from ext_tasks.protocol.errors import INVALID_PARAMS, LIMIT_EXCEEDED
 from tests.e2e.waits_tools import OTHER, WATCHED
 from tests.support.cluster import fleet_env, keygen, running_servers, wait_for
 from tests.support.legacy import WAIT_S, Session, SseReader, Stream, close_all
@@ -203,7 +204,7 @@ def assert_wait_refused(stream: SseReader, request_id: object = None) -> int:
     assert retry_after >= 1
     message = stream.final.get(timeout=WAIT_S)
     error = message["error"]
-    assert error["code"] == -31429, error
+    assert error["code"] == LIMIT_EXCEEDED, error
     assert error["data"]["limit"] == "max_waits", error
     assert error["data"]["retryAfterSeconds"] == retry_after
     if request_id is not None:
@@ -507,7 +508,7 @@ def test_legacy_status_reads_do_not_use_up_a_sensitive_result(server: ServerProc
         f"\nsensitive task: {reads} legacy tasks/get + 1 tasks/list, waited {GRACE_MS / 1000 + 1.0:g}s, "
         f"tasks/result delivered; gone {elapsed:.2f}s later ({error['message']!r})"
     )
-    assert error["code"] == -32602
+    assert error["code"] == INVALID_PARAMS
     assert elapsed >= GRACE_MS / 1000 - 0.5
     session.close()
 

@@ -8,13 +8,18 @@ How a stream relays questions (each once per session) is in ``test_question_rela
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
 import pytest
 
+from ext_tasks.auth import Caller
+from ext_tasks.protocol.errors import INTERNAL_ERROR, INVALID_PARAMS, LIMIT_EXCEEDED
 from ext_tasks.protocol.states import TaskStatus
 from ext_tasks.replies import Reply
+from migration.remote import UpstreamFailed
+from migration.upstream import EngineUpstream, ModernCall
 from tests.migration.shim_support import (
     ADA,
     ALICE,
@@ -32,7 +37,7 @@ from tests.migration.shim_support import (
 
 pytestmark = pytest.mark.anyio
 
-NOT_FOUND = {"code": -32602, "message": "Failed to retrieve task: Task not found"}
+NOT_FOUND = {"code": INVALID_PARAMS, "message": "Failed to retrieve task: Task not found"}
 MODERN_ONLY = {"ttlMs", "pollIntervalMs", "result", "error", "inputRequests", "resultType"}
 
 
@@ -51,7 +56,9 @@ async def waiting_result(client: LegacyClient, task_id: str, request_id: str) ->
 
     async with anyio.create_task_group() as group:
         group.start_soon(wait)
-        await store.wait_read(task_id, reads + 1)
+        # Two reads: the listen that follows the task checks that it is the caller's, then the shim reads
+        # the task itself (after that, it waits for a change).
+        await store.wait_read(task_id, reads + 2)
         assert not replies  # still waiting for the task to end
         await client.legacy.worker.execute(task_id)
     return replies[0]
@@ -139,7 +146,7 @@ async def test_tasks_list_pages_with_a_signed_cursor_that_only_its_caller_can_us
     assert len(first["tasks"]) == 50
     assert len(second["tasks"]) == 1 and "nextCursor" not in second
     assert {task["taskId"] for task in first["tasks"] + second["tasks"]} == created
-    assert forged["error"] == borrowed["error"] == {"code": -32602, "message": "Invalid params: invalid cursor"}
+    assert forged["error"] == borrowed["error"] == {"code": INVALID_PARAMS, "message": "Invalid params: invalid cursor"}
 
 
 # --- tasks/cancel ---------------------------------------------------------------------------------------
@@ -170,7 +177,10 @@ async def test_cancelling_a_task_that_already_ended_is_refused_with_its_status(
 
     refused = await client.call("tasks/cancel", {"taskId": task_id})
 
-    assert refused["error"] == {"code": -32602, "message": f"Cannot cancel task: already in terminal status '{status}'"}
+    assert refused["error"] == {
+        "code": INVALID_PARAMS,
+        "message": f"Cannot cancel task: already in terminal status '{status}'",
+    }
 
 
 # --- tasks/result ---------------------------------------------------------------------------------------
@@ -192,6 +202,39 @@ async def test_tasks_result_waits_for_the_end_telling_the_status_then_answers_th
         "id": "r-1",
         "result": {"content": [{"type": "text", "text": "job 7"}], "isError": False, "_meta": related(task_id)},
     }
+
+
+class _NoListen(EngineUpstream):
+    """An upstream that cannot listen (an older server, or a proxy's upstream that breaks it off)."""
+
+    async def send(self, call: ModernCall, caller: Caller) -> AsyncIterator[dict[str, Any]]:
+        if call.method == "subscriptions/listen":
+            raise UpstreamFailed("no subscriptions/listen here")
+        async for message in super().send(call, caller):
+            yield message
+
+
+async def test_tasks_result_reads_the_task_every_poll_interval_when_it_cannot_follow_it() -> None:
+    legacy = Legacy(upstream=_NoListen)
+    try:
+        client = await legacy.initialize()
+        task_id = await client.start_task("job", {"n": 5})
+        reads = legacy.store.reads.get(task_id, 0)
+        replies: list[Reply] = []
+
+        async def wait() -> None:
+            replies.append(await client.post("tasks/result", {"taskId": task_id}, request_id="r-5"))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(wait)
+            await legacy.store.wait_read(task_id, reads + 3)  # read, then read again on the 50 ms poll
+            assert not replies
+            await legacy.worker.execute(task_id)
+
+        final = (await rest_of(stream_of(replies[0])))[-1]
+        assert final["result"]["content"] == [{"type": "text", "text": "job 5"}]
+    finally:
+        await legacy.close()
 
 
 async def test_tasks_result_relays_the_tasks_question_and_the_answer_reaches_the_task(legacy: Legacy) -> None:
@@ -239,7 +282,11 @@ async def test_a_refused_sampling_question_cancels_the_task(legacy: Legacy) -> N
     rest = await rest_of(items)
 
     assert asked["method"] == "sampling/createMessage"
-    assert rest[-1] == {"jsonrpc": "2.0", "id": "r-3", "error": {"code": -32603, "message": "Task was cancelled"}}
+    assert rest[-1] == {
+        "jsonrpc": "2.0",
+        "id": "r-3",
+        "error": {"code": INTERNAL_ERROR, "message": "Task was cancelled"},
+    }
     assert (await legacy.modern("tasks/get", {"taskId": task_id}))["result"]["status"] == "cancelled"
 
 
@@ -259,10 +306,15 @@ async def test_an_answer_the_task_refuses_cancels_it_instead_of_leaving_it_waiti
         await client.respond(asked["id"], {"action": "accept", "content": {"name": "A" * 2000}})
         rest = await rest_of(items)
 
-        assert rest[-1] == {"jsonrpc": "2.0", "id": "r-4", "error": {"code": -32603, "message": "Task was cancelled"}}
+        assert rest[-1] == {
+            "jsonrpc": "2.0",
+            "id": "r-4",
+            "error": {"code": INTERNAL_ERROR, "message": "Task was cancelled"},
+        }
         assert (await legacy.modern("tasks/get", {"taskId": task_id}))["result"]["status"] == "cancelled"
         assert any(
-            "answer to task" in record.getMessage() and "-32602" in record.getMessage() for record in caplog.records
+            "answer to task" in record.getMessage() and str(INVALID_PARAMS) in record.getMessage()
+            for record in caplog.records
         )
     finally:
         await legacy.close()
@@ -275,7 +327,7 @@ async def test_tasks_result_of_a_failed_task_answers_its_error(legacy: Legacy) -
 
     answered = await client.call("tasks/result", {"taskId": task_id})
 
-    assert answered["error"]["code"] == -32603
+    assert answered["error"]["code"] == INTERNAL_ERROR
     assert answered["error"]["message"] == "rate limited upstream"
 
 
@@ -286,7 +338,7 @@ async def test_tasks_result_of_a_task_the_legacy_client_cancelled_is_an_error(le
 
     answered = await client.call("tasks/result", {"taskId": task_id})
 
-    assert answered["error"] == {"code": -32603, "message": "Task was cancelled"}
+    assert answered["error"] == {"code": INTERNAL_ERROR, "message": "Task was cancelled"}
 
 
 async def test_a_waiting_tasks_result_holds_one_of_the_callers_waits_until_it_ends() -> None:
@@ -302,7 +354,7 @@ async def test_a_waiting_tasks_result_holds_one_of_the_callers_waits_until_it_en
             group.cancel_scope.cancel()
 
         assert status == 429
-        assert (refused["error"]["code"], refused["error"]["data"]["limit"]) == (-31429, "max_waits")
+        assert (refused["error"]["code"], refused["error"]["data"]["limit"]) == (LIMIT_EXCEEDED, "max_waits")
         assert legacy.engine.waits.open("alice") == 0
     finally:
         await legacy.close()
@@ -318,7 +370,7 @@ async def test_a_task_call_past_the_callers_cap_answers_429_with_retry_after() -
 
         status, refused = json_of(reply)
         assert status == 429 and reply.headers.get("Retry-After", "").isdigit(), reply
-        assert (refused["error"]["code"], refused["error"]["data"]["limit"]) == (-31429, "max_active_tasks")
+        assert (refused["error"]["code"], refused["error"]["data"]["limit"]) == (LIMIT_EXCEEDED, "max_active_tasks")
     finally:
         await legacy.close()
 
@@ -342,5 +394,5 @@ async def test_a_call_answered_inline_despite_params_task_becomes_a_completed_ta
         "_meta": related(task_id),
     }
     assert [task["taskId"] for task in (await client.result("tasks/list", {}))["tasks"]] == [task_id]
-    assert (await client.call("tasks/cancel", {"taskId": task_id}))["error"]["code"] == -32602
+    assert (await client.call("tasks/cancel", {"taskId": task_id}))["error"]["code"] == INVALID_PARAMS
     assert (await bobs.call("tasks/get", {"taskId": task_id}))["error"] == NOT_FOUND

@@ -12,6 +12,7 @@ from ext_tasks import Context, ToolRegistry
 from ext_tasks.compose import Runtime
 from ext_tasks.config import Settings
 from ext_tasks.options import WorkerOptions
+from ext_tasks.protocol.errors import INTERNAL_ERROR, LIMIT_EXCEEDED
 from ext_tasks.protocol.tasks import encoded_size
 from tests.migration.shim_support import BOB, Legacy, LegacyClient, json_of
 
@@ -37,7 +38,7 @@ async def refused_with(client: LegacyClient, limit: str, name: str, **arguments:
     reply = await client.post("tools/call", call)
     status, message = json_of(reply)
     assert status == 429 and reply.headers.get("Retry-After", "").isdigit(), (status, reply.headers, message)
-    assert (message["error"]["code"], message["error"]["data"]["limit"]) == (-31429, limit), message
+    assert (message["error"]["code"], message["error"]["data"]["limit"]) == (LIMIT_EXCEEDED, limit), message
 
 
 async def test_a_huge_ttl_is_capped_by_the_maximum_and_no_ttl_gets_the_default(legacy: Legacy) -> None:
@@ -62,7 +63,7 @@ async def test_a_result_over_the_limit_is_not_kept_and_the_task_says_why() -> No
         status = await client.result("tasks/get", {"taskId": large})
         assert status["status"] == "failed" and "too large to keep" in status["statusMessage"]
         refused = await client.call("tasks/result", {"taskId": large})
-        assert refused["error"]["code"] == -32603 and "the limit is 2048" in refused["error"]["message"]
+        assert refused["error"]["code"] == INTERNAL_ERROR and "the limit is 2048" in refused["error"]["message"]
         kept = await legacy.sessions.load_task(large)
         assert kept is not None and "result" not in kept and encoded_size(kept) < 2048
     finally:

@@ -11,6 +11,13 @@ from __future__ import annotations
 
 import pytest
 
+from ext_tasks.protocol.errors import (
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    MISSING_REQUIRED_CLIENT_CAPABILITY,
+    PARSE_ERROR,
+)
 from ext_tasks.replies import JsonReply
 from tests.migration.shim_support import (
     ADA,
@@ -63,9 +70,9 @@ async def test_a_request_without_a_session_is_400_and_one_with_an_unknown_sessio
     missing = json_of(await legacy.post(body, {"MCP-Protocol-Version": LEGACY_VERSION}, ALICE))
     unknown = json_of(await legacy.post(body, {"Mcp-Session-Id": "no-such-session"}, ALICE))
 
-    assert (missing[0], missing[1]["id"], missing[1]["error"]["code"]) == (400, 3, -32600)
+    assert (missing[0], missing[1]["id"], missing[1]["error"]["code"]) == (400, 3, INVALID_REQUEST)
     assert unknown[0] == 404
-    assert unknown[1]["error"] == {"code": -32600, "message": "Session not found: initialize a new session"}
+    assert unknown[1]["error"] == {"code": INVALID_REQUEST, "message": "Session not found: initialize a new session"}
 
 
 async def test_a_session_of_another_principal_answers_exactly_like_an_unknown_one(legacy: Legacy) -> None:
@@ -100,7 +107,7 @@ async def test_set_level_is_kept_by_the_session_and_an_unknown_level_is_invalid_
 
     session = await legacy.sessions.load(client.session_id)
     assert session is not None and session.log_level == "warning"
-    assert refused["error"]["code"] == -32602
+    assert refused["error"]["code"] == INVALID_PARAMS
 
 
 async def test_after_set_level_a_tools_logs_reach_the_client_before_its_result(legacy: Legacy) -> None:
@@ -128,7 +135,7 @@ async def test_resource_subscriptions_are_kept_by_the_session(legacy: Legacy) ->
 
     session = await legacy.sessions.load(client.session_id)
     assert session is not None and session.subscriptions == ["file:///b"]
-    assert refused["error"]["code"] == -32602
+    assert refused["error"]["code"] == INVALID_PARAMS
 
 
 # --- calls, translated to the engine ----------------------------------------------------------------------
@@ -198,7 +205,7 @@ async def test_a_refused_sampling_request_fails_the_call(legacy: Legacy) -> None
         {
             "jsonrpc": "2.0",
             "id": 5,
-            "error": {"code": -32600, "message": "The client refused the sampling/createMessage request"},
+            "error": {"code": INVALID_REQUEST, "message": "The client refused the sampling/createMessage request"},
         }
     ]
 
@@ -237,8 +244,14 @@ async def test_a_tool_that_forbids_tasks_refuses_augmentation_and_one_that_requi
     forbidden = await client.call("tools/call", {"name": "add", "arguments": {"a": 1, "b": 1}, "task": {}})
     required = await client.call("tools/call", {"name": "required_job", "arguments": {}})
 
-    assert forbidden["error"] == {"code": -32601, "message": "Tool 'add' does not support task-augmented calls"}
-    assert required["error"] == {"code": -32601, "message": "Task augmentation required for tools/call requests"}
+    assert forbidden["error"] == {
+        "code": METHOD_NOT_FOUND,
+        "message": "Tool 'add' does not support task-augmented calls",
+    }
+    assert required["error"] == {
+        "code": METHOD_NOT_FOUND,
+        "message": "Task augmentation required for tools/call requests",
+    }
 
 
 # --- each era its own errors ----------------------------------------------------------------------------
@@ -250,8 +263,8 @@ async def test_a_method_neither_era_has_is_not_found_with_the_http_status_of_eac
     old = json_of(await client.post("no/such/method", {}))
     new = json_of(await legacy.modern_reply("no/such/method"))
 
-    assert (old[0], old[1]["error"]["code"]) == (200, -32601)
-    assert (new[0], new[1]["error"]["code"]) == (404, -32601)
+    assert (old[0], old[1]["error"]["code"]) == (200, METHOD_NOT_FOUND)
+    assert (new[0], new[1]["error"]["code"]) == (404, METHOD_NOT_FOUND)
 
 
 async def test_a_capability_the_client_did_not_declare_is_an_invalid_request_for_legacy_and_minus_32021_for_modern(
@@ -263,10 +276,10 @@ async def test_a_capability_the_client_did_not_declare_is_an_invalid_request_for
     new_status, new = json_of(await legacy.modern_reply("tools/call", {"name": "greet", "arguments": {}}))
 
     assert old["error"] == {
-        "code": -32600,
+        "code": INVALID_REQUEST,
         "message": "The client did not declare a capability this request needs: elicitation",
     }
-    assert (new_status, new["error"]["code"]) == (400, -32021)
+    assert (new_status, new["error"]["code"]) == (400, MISSING_REQUIRED_CLIENT_CAPABILITY)
 
 
 async def test_an_undecodable_body_is_answered_the_same_in_both_eras(legacy: Legacy) -> None:
@@ -278,7 +291,7 @@ async def test_an_undecodable_body_is_answered_the_same_in_both_eras(legacy: Leg
     ]
 
     assert answers[0][0] == 400
-    assert answers[0][1]["id"] is None and answers[0][1]["error"]["code"] == -32700
+    assert answers[0][1]["id"] is None and answers[0][1]["error"]["code"] == PARSE_ERROR
     assert answers[1] == answers[0] == answers[2]
 
 
@@ -288,6 +301,6 @@ async def test_a_modern_request_with_a_stray_session_header_is_served_by_the_eng
     status, message = json_of(await legacy.modern_reply("tasks/list", headers=client.headers))
 
     # tasks/list is a legacy method: the modern path does not know it, whatever session header comes along.
-    assert (status, message["error"]["code"]) == (404, -32601)
+    assert (status, message["error"]["code"]) == (404, METHOD_NOT_FOUND)
     status, listed = json_of(await legacy.modern_reply("tools/list", headers=client.headers))
     assert (status, listed["result"]["resultType"]) == (200, "complete")

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from ext_tasks.protocol.errors import INTERNAL_ERROR, INVALID_PARAMS, LIMIT_EXCEEDED
 from migration.router import classify
 from migration.translate import (
     answer_from_legacy_response,
@@ -57,7 +58,7 @@ TASK = {
             },
             {"status": "failed", "statusMessage": "disk full"},
         ),
-        ({**TASK, "status": "failed", "error": {"code": -32603, "message": "x"}}, {"status": "failed"}),
+        ({**TASK, "status": "failed", "error": {"code": INTERNAL_ERROR, "message": "x"}}, {"status": "failed"}),
         ({**TASK, "status": "cancelled"}, {"status": "cancelled"}),
     ],
 )
@@ -86,10 +87,10 @@ def test_create_task_result_is_nested_and_starts_working() -> None:
             ("result", {"content": [], "isError": True, "_meta": {RELATED: {"taskId": "t1"}}}),
         ),
         (
-            {**TASK, "status": "failed", "error": {"code": -32603, "message": "rate limited"}},
-            ("error", {"code": -32603, "message": "rate limited"}),
+            {**TASK, "status": "failed", "error": {"code": INTERNAL_ERROR, "message": "rate limited"}},
+            ("error", {"code": INTERNAL_ERROR, "message": "rate limited"}),
         ),
-        ({**TASK, "status": "cancelled"}, ("error", {"code": -32603, "message": "Task was cancelled"})),
+        ({**TASK, "status": "cancelled"}, ("error", {"code": INTERNAL_ERROR, "message": "Task was cancelled"})),
     ],
 )
 def test_tasks_result_answers_what_the_call_would_have(task: dict[str, Any], outcome: tuple[str, Any]) -> None:
@@ -215,21 +216,34 @@ def test_era_routing(headers: dict[str, list[str]], body: bytes, era: str) -> No
     [
         # "Retry later" keeps its HTTP status and Retry-After: a limit ...
         (
-            {"code": -31429, "message": "Too many", "data": {"limit": "max_active_tasks", "retryAfterSeconds": 5}},
+            {
+                "code": LIMIT_EXCEEDED,
+                "message": "Too many",
+                "data": {"limit": "max_active_tasks", "retryAfterSeconds": 5},
+            },
             429,
             {"Retry-After": "5"},
-            -31429,
+            LIMIT_EXCEEDED,
         ),
         # ... and the store (the engine's 503), told apart from a plain internal error by its data.
         (
-            {"code": -32603, "message": "Task store unavailable; retry later", "data": {"retryAfterSeconds": 1}},
+            {
+                "code": INTERNAL_ERROR,
+                "message": "Task store unavailable; retry later",
+                "data": {"retryAfterSeconds": 1},
+            },
             503,
             {"Retry-After": "1"},
-            -32603,
+            INTERNAL_ERROR,
         ),
-        ({"code": -32603, "message": "Internal error"}, 200, {}, -32603),  # relayed in the body, as in 2025-11-25
-        ({"code": -32602, "message": "Task not found"}, 200, {}, -32602),
-        ({"code": -31429, "message": "odd", "data": {"retryAfterSeconds": "soon"}}, 200, {}, -31429),
+        (
+            {"code": INTERNAL_ERROR, "message": "Internal error"},
+            200,
+            {},
+            INTERNAL_ERROR,
+        ),  # relayed in the body, as in 2025-11-25
+        ({"code": INVALID_PARAMS, "message": "Task not found"}, 200, {}, INVALID_PARAMS),
+        ({"code": LIMIT_EXCEEDED, "message": "odd", "data": {"retryAfterSeconds": "soon"}}, 200, {}, LIMIT_EXCEEDED),
     ],
 )
 def test_upstream_errors_keep_their_retry_later(

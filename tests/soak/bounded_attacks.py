@@ -30,6 +30,7 @@ from typing import Any
 
 import httpx
 
+from ext_tasks.protocol.errors import INVALID_PARAMS, LIMIT_EXCEEDED
 from ext_tasks.protocol.tasks import MAX_STATUS_CHARS
 from tests.support.mcp_http import modern_request, parse_reply
 from tests.support.processes import ServerProcess
@@ -129,7 +130,11 @@ class BoundedAttacks:
                 arguments = {"blob": "x" * OVER_BOUND}
                 status, message = await self.call(client, "tools/call", {"name": "keep", "arguments": arguments})
                 data = message.get("error", {}).get("data") or {}
-                if status == 413 and message["error"]["code"] == -32602 and data.get("argumentBytes", 0) > OVER_BOUND:
+                if (
+                    status == 413
+                    and message["error"]["code"] == INVALID_PARAMS
+                    and data.get("argumentBytes", 0) > OVER_BOUND
+                ):
                     self.outcomes["task arguments over the bound refused"] += 1
                 else:
                     self.surprise("large arguments", f"HTTP {status} {message}")
@@ -151,7 +156,11 @@ class BoundedAttacks:
                     client, "tasks/update", {"taskId": task_id, "inputResponses": {keys[0]: answer}}
                 )
                 data = message.get("error", {}).get("data") or {}
-                if status == 413 and message["error"]["code"] == -32602 and data.get("answerBytes", 0) > OVER_BOUND:
+                if (
+                    status == 413
+                    and message["error"]["code"] == INVALID_PARAMS
+                    and data.get("answerBytes", 0) > OVER_BOUND
+                ):
                     self.outcomes["answers over the bound refused"] += 1
                 else:
                     self.surprise("large answers", f"HTTP {status} {message}")
@@ -211,7 +220,7 @@ class BoundedAttacks:
                         self.outcomes["costly listens acknowledged"] += 1
                         continue  # closed at once: the acknowledgement is all a flooder wants
                     error = json.loads(await response.aread()).get("error", {})
-                    paced = error.get("code") == -31429 and (error.get("data") or {}).get("limit") == "pacing"
+                    paced = error.get("code") == LIMIT_EXCEEDED and (error.get("data") or {}).get("limit") == "pacing"
                     if response.status_code == 429 and paced and response.headers.get("retry-after", "").isdigit():
                         self.outcomes["costly listens paced (429)"] += 1
                     else:

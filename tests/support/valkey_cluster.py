@@ -211,20 +211,23 @@ def _node_args(directory: Path, bus_port: int) -> tuple[str, ...]:
     )
 
 
-def _start_node(directory: Path) -> ClusterNode:
+def _start_node(directory: Path, cpus: str | None = None) -> ClusterNode:
     bus_port = free_port()
-    server = start_valkey(directory, extra_args=_node_args(directory, bus_port))
+    server = start_valkey(directory, extra_args=_node_args(directory, bus_port), cpus=cpus)
     node = ClusterNode(server=server, bus_port=bus_port)
     with node.client() as client:
         node.node_id = str(client.execute_command("CLUSTER", "MYID"))
     return node
 
 
-def form_cluster(directory: Path, primaries: int = 3, replicas_each: int = 1) -> ValkeyCluster:
+def form_cluster(
+    directory: Path, primaries: int = 3, replicas_each: int = 1, *, cpus: str | None = None
+) -> ValkeyCluster:
+    """A formed cluster (the bench's: no replicas, every node pinned to ``cpus``)."""
     nodes: list[ClusterNode] = []
     try:
         for index in range(primaries * (1 + replicas_each)):
-            nodes.append(_start_node(directory / f"node-{index}"))
+            nodes.append(_start_node(directory / f"node-{index}", cpus))
         first = nodes[0]
         for node in nodes[1:]:
             with node.client() as client:

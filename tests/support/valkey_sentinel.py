@@ -25,8 +25,8 @@ from typing import Any
 
 import valkey
 
-from .processes import free_port, stop
-from .valkey import ValkeyServer, _wait_for_port, start_valkey, valkey_binary
+from .processes import free_port, stop, wait_for_port
+from .valkey import ValkeyServer, start_valkey, valkey_binary
 
 MASTER_NAME = "primary"
 DOWN_AFTER_MS = 1000
@@ -142,7 +142,7 @@ def _start_sentinel(directory: Path, primary_port: int) -> Sentinel:
     process = subprocess.Popen([valkey_binary(), str(config), "--sentinel"], stdout=log, stderr=subprocess.STDOUT)
     log.close()
     try:
-        _wait_for_port(port, process, 10.0)
+        wait_for_port(port, process, 10.0, "valkey-sentinel")
     except BaseException:
         stop(process)
         raise

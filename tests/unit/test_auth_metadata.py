@@ -21,6 +21,7 @@ from ext_tasks.config import Settings
 from ext_tasks.engine import Engine
 from ext_tasks.http import App, create_app
 from ext_tasks.options import AuthOptions
+from ext_tasks.protocol.errors import INTERNAL_ERROR, INVALID_REQUEST
 from ext_tasks.protocol.resume import ResumeCodec
 from tests.support.auth_server import JWKS_PATH, RESOURCE, AuthServer
 from tests.unit.test_http import connect, json_rpc_error, post
@@ -137,7 +138,7 @@ async def test_a_request_without_a_token_is_401_naming_the_metadata_and_the_scop
 
     assert response.status_code == 401
     assert response.headers["www-authenticate"] == f'Bearer resource_metadata="{METADATA_URL}", scope="mcp:tools"'
-    assert json_rpc_error(response)["code"] == -32600
+    assert json_rpc_error(response)["code"] == INVALID_REQUEST
 
 
 async def test_a_malformed_authorization_header_is_401_without_an_error_code(oauth: httpx.AsyncClient) -> None:
@@ -168,7 +169,7 @@ async def test_an_expired_token_is_401_invalid_token(oauth: httpx.AsyncClient, s
         'error_description="the token has expired"'
     )
     assert json_rpc_error(response) == {
-        "code": -32600,
+        "code": INVALID_REQUEST,
         "message": "Unauthorized: the bearer token is invalid or expired",
     }
 
@@ -198,7 +199,7 @@ async def test_a_valid_token_is_served_and_a_403_from_a_tool_names_the_metadata(
     assert refused.headers["www-authenticate"] == (
         f'Bearer resource_metadata="{METADATA_URL}", error="insufficient_scope", scope="files:write mcp:tools"'
     )
-    assert json_rpc_error(refused)["code"] == -32600
+    assert json_rpc_error(refused)["code"] == INVALID_REQUEST
 
 
 async def test_a_static_token_is_served_beside_oauth(oauth: httpx.AsyncClient) -> None:
@@ -216,7 +217,7 @@ async def test_while_the_issuers_keys_cannot_be_had_requests_get_503_with_retry_
 
     assert response.status_code == 503
     assert int(response.headers["retry-after"]) >= 1
-    assert json_rpc_error(response)["code"] == -32603
+    assert json_rpc_error(response)["code"] == INTERNAL_ERROR
 
 
 class HeaderAuthenticator:

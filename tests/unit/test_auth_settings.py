@@ -11,6 +11,7 @@ from ext_tasks.auth.oauth import OAuthAuthenticator
 from ext_tasks.compose import build_authenticator, build_engine
 from ext_tasks.config import ConfigError, Settings, settings_from_env
 from ext_tasks.options import ASYMMETRIC_ALGORITHMS
+from ext_tasks.protocol.errors import INVALID_REQUEST
 from ext_tasks.store.memory import MemoryTaskStore
 from tests.unit.engine_support import make_registry
 
@@ -154,7 +155,7 @@ def test_a_scope_that_could_break_the_header_is_refused(bad: str) -> None:
 def test_insufficient_scope_is_403_with_the_scopes_in_header_and_data() -> None:
     error = InsufficientScope(["files:write", "files:write", "mcp:tools"])
 
-    assert (error.code, error.http_status) == (-32600, 403)
+    assert (error.code, error.http_status) == (INVALID_REQUEST, 403)
     assert error.http_headers() == {
         "WWW-Authenticate": 'Bearer error="insufficient_scope", scope="files:write mcp:tools"'
     }

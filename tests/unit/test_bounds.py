@@ -17,6 +17,7 @@ from ext_tasks import Context, Principal, ToolRegistry, elicit
 from ext_tasks.auth import Caller
 from ext_tasks.engine import Engine
 from ext_tasks.options import LegacyOptions, TaskOptions, WorkerOptions
+from ext_tasks.protocol.errors import INTERNAL_ERROR, INVALID_PARAMS, LIMIT_EXCEEDED
 from ext_tasks.protocol.jsonrpc import encode
 from ext_tasks.protocol.resume import ResumeCodec
 from ext_tasks.protocol.states import TaskStatus
@@ -161,7 +162,7 @@ async def test_a_session_keeps_only_the_capabilities_the_shim_uses() -> None:
     assert session.client_info == {"name": "c", "version": "1"}
     # What it keeps is bounded too.
     status, refused = await initialize(shim, {"elicitation": {"form": {"note": "z" * 20_000}}})
-    assert (status, refused["error"]["code"]) == (200, -32602)
+    assert (status, refused["error"]["code"]) == (200, INVALID_PARAMS)
 
 
 async def test_sessions_per_principal_are_capped_and_a_deleted_one_frees_its_place() -> None:
@@ -175,7 +176,7 @@ async def test_sessions_per_principal_are_capped_and_a_deleted_one_frees_its_pla
     status, refused = await initialize(shim, {})
     assert status == 429
     assert refused["headers"]["Retry-After"] == "60"
-    assert (refused["error"]["code"], refused["error"]["data"]["limit"]) == (-31429, "max_sessions")
+    assert (refused["error"]["code"], refused["error"]["data"]["limit"]) == (LIMIT_EXCEEDED, "max_sessions")
     assert (await initialize(shim, {}, principal="bob"))[0] == 200  # another principal has its own count
     deleted = await shim.delete({"mcp-session-id": [ids[0]]}, Caller(ALICE))
     assert isinstance(deleted, JsonReply) and deleted.status == 204
@@ -248,7 +249,7 @@ async def test_listen_checks_every_id_in_one_store_call_and_refuses_too_many_or_
     ):
         refused = await send(engine, "subscriptions/listen", {"notifications": notifications})
         assert isinstance(refused, JsonReply) and refused.message is not None
-        assert refused.message["error"]["code"] == -32602, refused.message
+        assert refused.message["error"]["code"] == INVALID_PARAMS, refused.message
     assert store.owner_calls == 1  # refused before any store work
     engine.close()
 
@@ -272,7 +273,7 @@ async def test_a_result_larger_than_the_limit_ends_the_task_failed_with_a_clear_
     assert outcomes[1_000].status is TaskStatus.COMPLETED
     failed = outcomes[4_000]
     assert failed.status is TaskStatus.FAILED and failed.result is None
-    assert failed.error is not None and failed.error["code"] == -32603
+    assert failed.error is not None and failed.error["code"] == INTERNAL_ERROR
     assert "too large to keep" in failed.error["message"] and "the limit is 2048" in failed.error["message"]
     engine.close()
 

@@ -13,6 +13,15 @@ from ext_tasks.client.commands import UsageError, parse_items
 from ext_tasks.client.inputs import TASKS_EXTENSION, InputHandlers
 from ext_tasks.client.transport import RetryPolicy, retry_after_seconds
 from ext_tasks.protocol.envelope import check_envelope, decode_header_value
+from ext_tasks.protocol.errors import (
+    HEADER_MISMATCH,
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    LIMIT_EXCEEDED,
+    METHOD_NOT_FOUND,
+    MISSING_REQUIRED_CLIENT_CAPABILITY,
+    UNSUPPORTED_PROTOCOL_VERSION,
+)
 from ext_tasks.protocol.jsonrpc import Request
 from ext_tasks.protocol.outbound import InvalidHeaderAnnotation, header_params_of, mirror_headers
 from ext_tasks.protocol.versions import META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION, MODERN_2026_07_28
@@ -163,17 +172,21 @@ async def test_a_request_for_an_undeclared_capability_is_a_protocol_violation() 
 # --- errors -------------------------------------------------------------------------------------------
 
 
+#: In the range MCP keeps for itself (-32020..-32099) but no code of this server: a plain RpcError.
+UNASSIGNED_CODE = -32099
+
+
 @pytest.mark.parametrize(
     ("code", "kind"),
     [
-        (-32602, errors.InvalidParams),
-        (-32601, errors.MethodNotFound),
-        (-32603, errors.InternalError),
-        (-32020, errors.HeaderMismatch),
-        (-32021, errors.MissingCapability),
-        (-32022, errors.UnsupportedVersion),
-        (-31429, errors.LimitExceeded),
-        (-32099, errors.RpcError),
+        (INVALID_PARAMS, errors.InvalidParams),
+        (METHOD_NOT_FOUND, errors.MethodNotFound),
+        (INTERNAL_ERROR, errors.InternalError),
+        (HEADER_MISMATCH, errors.HeaderMismatch),
+        (MISSING_REQUIRED_CLIENT_CAPABILITY, errors.MissingCapability),
+        (UNSUPPORTED_PROTOCOL_VERSION, errors.UnsupportedVersion),
+        (LIMIT_EXCEEDED, errors.LimitExceeded),
+        (UNASSIGNED_CODE, errors.RpcError),
     ],
 )
 def test_json_rpc_errors_become_typed_exceptions(code: int, kind: type[errors.RpcError]) -> None:
@@ -182,12 +195,16 @@ def test_json_rpc_errors_become_typed_exceptions(code: int, kind: type[errors.Rp
 
 
 def test_capability_and_version_errors_say_what_is_needed() -> None:
-    missing = errors.rpc_error({"code": -32021, "message": "m", "data": {"requiredCapabilities": {"sampling": {}}}})
+    missing = errors.rpc_error(
+        {"code": MISSING_REQUIRED_CLIENT_CAPABILITY, "message": "m", "data": {"requiredCapabilities": {"sampling": {}}}}
+    )
     assert isinstance(missing, errors.MissingCapability) and missing.required == {"sampling": {}}
-    refused = errors.rpc_error({"code": -32022, "message": "m", "data": {"supported": ["2026-07-28"]}})
+    refused = errors.rpc_error(
+        {"code": UNSUPPORTED_PROTOCOL_VERSION, "message": "m", "data": {"supported": ["2026-07-28"]}}
+    )
     assert isinstance(refused, errors.UnsupportedVersion) and refused.supported == ["2026-07-28"]
 
 
 def test_a_failed_task_carries_its_error() -> None:
-    failed = errors.TaskFailed("t1", {"code": -32603, "message": "boom", "data": {"why": "x"}})
-    assert (failed.task_id, failed.code, failed.message, failed.data) == ("t1", -32603, "boom", {"why": "x"})
+    failed = errors.TaskFailed("t1", {"code": INTERNAL_ERROR, "message": "boom", "data": {"why": "x"}})
+    assert (failed.task_id, failed.code, failed.message, failed.data) == ("t1", INTERNAL_ERROR, "boom", {"why": "x"})

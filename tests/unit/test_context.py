@@ -16,6 +16,7 @@ import pytest
 from ext_tasks import Context, InputRequired, MissingClientCapability, Principal, elicit, elicit_url, list_roots, sample
 from ext_tasks.context import StartTask
 from ext_tasks.protocol.envelope import Envelope
+from ext_tasks.protocol.errors import MISSING_REQUIRED_CLIENT_CAPABILITY
 from ext_tasks.protocol.wire import CreateMessageResult, ElicitResult, Root
 from tests.unit.engine_support import ALL_CAPABILITIES, NAME_SCHEMA, VERSION
 
@@ -177,7 +178,7 @@ async def test_require_raises_missing_client_capability_naming_what_is_missing()
     with pytest.raises(MissingClientCapability) as raised:
         ctx.require({"sampling": {}})
 
-    assert raised.value.to_error()["code"] == -32021
+    assert raised.value.to_error()["code"] == MISSING_REQUIRED_CLIENT_CAPABILITY
     assert raised.value.to_error()["data"] == {"requiredCapabilities": {"sampling": {}}}
 
 

@@ -16,6 +16,15 @@ import pytest
 
 from ext_tasks import Context, ToolRegistry
 from ext_tasks.engine import Engine
+from ext_tasks.protocol.errors import (
+    HEADER_MISMATCH,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    MISSING_REQUIRED_CLIENT_CAPABILITY,
+    PARSE_ERROR,
+    UNSUPPORTED_PROTOCOL_VERSION,
+)
 from ext_tasks.protocol.resume import ResumeCodec
 from ext_tasks.replies import JsonReply, Reply, StreamReply
 from tests.unit.engine_support import (
@@ -56,7 +65,7 @@ REMOVED = [
 async def test_removed_and_unknown_methods_are_not_found_with_http_404(
     engine: Engine, method: str, params: dict[str, Any]
 ) -> None:
-    err = await error_of(engine, method, params, status=404, code=-32601, request_id="req-404")
+    err = await error_of(engine, method, params, status=404, code=METHOD_NOT_FOUND, request_id="req-404")
 
     assert method in err["message"]
 
@@ -70,7 +79,7 @@ async def test_request_without_meta_is_invalid_params_with_http_400(engine: Engi
     assert reply.status == 400
     assert reply.message is not None
     assert reply.message["id"] == 3
-    assert reply.message["error"]["code"] == -32602
+    assert reply.message["error"]["code"] == INVALID_PARAMS
 
 
 async def test_body_that_is_not_json_is_a_parse_error_with_null_id(engine: Engine) -> None:
@@ -79,7 +88,7 @@ async def test_body_that_is_not_json_is_a_parse_error_with_null_id(engine: Engin
     assert reply.status == 400
     assert reply.message is not None
     assert reply.message["id"] is None
-    assert reply.message["error"]["code"] == -32700
+    assert reply.message["error"]["code"] == PARSE_ERROR
 
 
 async def test_header_mismatch_answers_400_and_echoes_the_id(engine: Engine) -> None:
@@ -91,7 +100,7 @@ async def test_header_mismatch_answers_400_and_echoes_the_id(engine: Engine) -> 
     assert reply.status == 400
     assert reply.message is not None
     assert reply.message["id"] == "h-1"
-    assert reply.message["error"]["code"] == -32020
+    assert reply.message["error"]["code"] == HEADER_MISMATCH
 
 
 async def test_unsupported_version_answers_400_with_the_supported_versions(engine: Engine) -> None:
@@ -101,7 +110,7 @@ async def test_unsupported_version_answers_400_with_the_supported_versions(engin
 
     assert reply.status == 400
     assert reply.message is not None
-    assert reply.message["error"]["code"] == -32022
+    assert reply.message["error"]["code"] == UNSUPPORTED_PROTOCOL_VERSION
     assert reply.message["error"]["data"] == {"supported": [VERSION], "requested": "1900-01-01"}
 
 
@@ -121,14 +130,16 @@ async def test_client_response_is_refused_as_an_invalid_request(engine: Engine) 
     assert reply.status == 400
     assert reply.message is not None
     assert reply.message["id"] == "resp-1"
-    assert reply.message["error"]["code"] == -32600
+    assert reply.message["error"]["code"] == INVALID_REQUEST
 
 
 # --- Mcp-Param-* headers of a tool's arguments -------------------------------------------------------
 
 
 async def test_tool_with_a_header_argument_needs_its_mcp_param_header(engine: Engine) -> None:
-    await error_of(engine, "tools/call", {"name": "deploy", "arguments": {"region": "eu"}}, status=400, code=-32020)
+    await error_of(
+        engine, "tools/call", {"name": "deploy", "arguments": {"region": "eu"}}, status=400, code=HEADER_MISMATCH
+    )
 
 
 async def test_tool_with_a_header_argument_runs_when_the_header_matches(engine: Engine) -> None:
@@ -192,7 +203,7 @@ async def test_request_with_a_progress_token_that_fails_keeps_its_http_status(en
 
     assert isinstance(reply, JsonReply)
     assert reply.status == 400
-    assert error(reply)["code"] == -32021
+    assert error(reply)["code"] == MISSING_REQUIRED_CLIENT_CAPABILITY
 
 
 async def test_closing_the_stream_cancels_the_tool(registry: ToolRegistry, clock: FakeClock) -> None:

@@ -10,6 +10,7 @@ from ext_tasks.protocol.errors import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
     INVALID_REQUEST,
+    LIMIT_EXCEEDED,
     METHOD_NOT_FOUND,
     MISSING_REQUIRED_CLIENT_CAPABILITY,
     PARSE_ERROR,
@@ -34,41 +35,26 @@ from ext_tasks.protocol.errors import (
 )
 
 
-def test_error_codes_are_the_numbers_of_the_spec() -> None:
-    assert (PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR) == (
-        -32700,
-        -32600,
-        -32601,
-        -32602,
-        -32603,
-    )
-    assert (HEADER_MISMATCH, MISSING_REQUIRED_CLIENT_CAPABILITY, UNSUPPORTED_PROTOCOL_VERSION) == (
-        -32020,
-        -32021,
-        -32022,
-    )
-
-
 @pytest.mark.parametrize(
     ("error", "code", "http_status"),
     [
-        (ParseError("Parse error"), -32700, 400),
-        (InvalidRequest("Invalid Request"), -32600, 400),
-        (BodyTooLarge("too large"), -32600, 413),
-        (ForbiddenOrigin("Forbidden"), -32600, 403),
-        (Unauthenticated("Unauthorized"), -32600, 401),
-        (MethodNotFound("Method not found: x"), -32601, 404),
-        (InvalidParams("Invalid params"), -32602, 200),
-        (MissingMeta("Invalid params: params._meta is required"), -32602, 400),
-        (InvalidRequestState("expired"), -32602, 200),
-        (ResourceNotFound("file:///missing"), -32602, 200),
-        (InternalError("Internal error"), -32603, 500),
-        (Busy("retry"), -32603, 503),
-        (RequestStateTooLarge(300_000, 262_144), -32603, 413),
-        (LimitExceeded("slow down", limit="poll_rate", retry_after_s=2), -31429, 429),
-        (HeaderMismatch("Header mismatch"), -32020, 400),
-        (MissingClientCapability({"elicitation": {}}), -32021, 400),
-        (UnsupportedProtocolVersion("1900-01-01", ("2026-07-28",)), -32022, 400),
+        (ParseError("Parse error"), PARSE_ERROR, 400),
+        (InvalidRequest("Invalid Request"), INVALID_REQUEST, 400),
+        (BodyTooLarge("too large"), INVALID_REQUEST, 413),
+        (ForbiddenOrigin("Forbidden"), INVALID_REQUEST, 403),
+        (Unauthenticated("Unauthorized"), INVALID_REQUEST, 401),
+        (MethodNotFound("Method not found: x"), METHOD_NOT_FOUND, 404),
+        (InvalidParams("Invalid params"), INVALID_PARAMS, 200),
+        (MissingMeta("Invalid params: params._meta is required"), INVALID_PARAMS, 400),
+        (InvalidRequestState("expired"), INVALID_PARAMS, 200),
+        (ResourceNotFound("file:///missing"), INVALID_PARAMS, 200),
+        (InternalError("Internal error"), INTERNAL_ERROR, 500),
+        (Busy("retry"), INTERNAL_ERROR, 503),
+        (RequestStateTooLarge(300_000, 262_144), INTERNAL_ERROR, 413),
+        (LimitExceeded("slow down", limit="poll_rate", retry_after_s=2), LIMIT_EXCEEDED, 429),
+        (HeaderMismatch("Header mismatch"), HEADER_MISMATCH, 400),
+        (MissingClientCapability({"elicitation": {}}), MISSING_REQUIRED_CLIENT_CAPABILITY, 400),
+        (UnsupportedProtocolVersion("1900-01-01", ("2026-07-28",)), UNSUPPORTED_PROTOCOL_VERSION, 400),
     ],
     ids=lambda value: type(value).__name__ if isinstance(value, ProtocolError) else str(value),
 )
@@ -89,7 +75,7 @@ def test_errors_that_mean_retry_later_ask_for_retry_after_and_auth_failures_for_
 
 def test_to_error_without_data_has_only_code_and_message() -> None:
     assert MethodNotFound("Method not found: ping").to_error() == {
-        "code": -32601,
+        "code": METHOD_NOT_FOUND,
         "message": "Method not found: ping",
     }
 
@@ -99,7 +85,7 @@ def test_to_error_copies_data_into_a_plain_dict() -> None:
 
     wire = error.to_error()
 
-    assert wire == {"code": -32603, "message": "boom", "data": {"detail": [1, 2]}}
+    assert wire == {"code": INTERNAL_ERROR, "message": "boom", "data": {"detail": [1, 2]}}
     assert type(wire["data"]) is dict
 
 
@@ -118,7 +104,7 @@ def test_missing_client_capability_accepts_a_custom_message() -> None:
     error = MissingClientCapability({"sampling": {}}, "Server requires sampling")
 
     assert error.to_error() == {
-        "code": -32021,
+        "code": MISSING_REQUIRED_CLIENT_CAPABILITY,
         "message": "Server requires sampling",
         "data": {"requiredCapabilities": {"sampling": {}}},
     }
@@ -146,7 +132,7 @@ def test_invalid_request_state_tells_the_client_one_fixed_message_whatever_the_r
     assert error.code == INVALID_PARAMS
     assert error.message == "Invalid or expired requestState"
     assert error.to_error() == {
-        "code": -32602,
+        "code": INVALID_PARAMS,
         "message": "Invalid or expired requestState",
         "data": {"reason": "invalid_request_state"},
     }

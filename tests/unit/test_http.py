@@ -15,6 +15,7 @@ from ext_tasks.auth import AnonymousAuthenticator, Authenticator, BearerTokenAut
 from ext_tasks.config import Settings
 from ext_tasks.engine import Engine
 from ext_tasks.http import App, OriginPolicy, create_app
+from ext_tasks.protocol.errors import HEADER_MISMATCH, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR
 from ext_tasks.protocol.resume import ResumeCodec
 
 pytestmark = pytest.mark.anyio
@@ -146,7 +147,7 @@ async def test_unknown_method_is_404_with_a_json_rpc_body(client: httpx.AsyncCli
     response = await post(client, "ping")
 
     assert response.status_code == 404
-    assert json_rpc_error(response)["code"] == -32601
+    assert json_rpc_error(response)["code"] == METHOD_NOT_FOUND
     assert response.json()["id"] == 1
 
 
@@ -154,14 +155,14 @@ async def test_body_that_is_not_json_is_400_parse_error(client: httpx.AsyncClien
     response = await post(client, content=b"{nope")
 
     assert response.status_code == 400
-    assert json_rpc_error(response)["code"] == -32700
+    assert json_rpc_error(response)["code"] == PARSE_ERROR
 
 
 async def test_header_mismatch_is_400(client: httpx.AsyncClient) -> None:
     response = await post(client, extra_headers={"Mcp-Method": "prompts/list"})
 
     assert response.status_code == 400
-    assert json_rpc_error(response)["code"] == -32020
+    assert json_rpc_error(response)["code"] == HEADER_MISMATCH
 
 
 @pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", "text/event-stream"])
@@ -169,7 +170,7 @@ async def test_wrong_content_type_is_400(client: httpx.AsyncClient, content_type
     response = await post(client, extra_headers={"Content-Type": content_type})
 
     assert response.status_code == 400
-    assert json_rpc_error(response)["code"] == -32600
+    assert json_rpc_error(response)["code"] == INVALID_REQUEST
 
 
 async def test_json_content_type_with_a_charset_is_accepted(client: httpx.AsyncClient) -> None:
@@ -193,7 +194,7 @@ async def test_body_over_the_limit_is_413_naming_the_limit(client: httpx.AsyncCl
 
     assert response.status_code == 413
     error = json_rpc_error(response)
-    assert error["code"] == -32600
+    assert error["code"] == INVALID_REQUEST
     assert str(LIMIT) in error["message"]
 
 
@@ -217,7 +218,7 @@ async def test_foreign_host_header_is_403_with_a_json_rpc_error(client: httpx.As
     response = await post(client, extra_headers={"Host": host})
 
     assert response.status_code == 403
-    assert json_rpc_error(response)["code"] == -32600
+    assert json_rpc_error(response)["code"] == INVALID_REQUEST
 
 
 @pytest.mark.parametrize("origin", ["http://evil.example.com", "https://evil.example.com:3001", "null"])
@@ -225,7 +226,7 @@ async def test_foreign_origin_is_403_with_a_json_rpc_error(client: httpx.AsyncCl
     response = await post(client, extra_headers={"Origin": origin})
 
     assert response.status_code == 403
-    assert json_rpc_error(response)["code"] == -32600
+    assert json_rpc_error(response)["code"] == INVALID_REQUEST
 
 
 @pytest.mark.parametrize(

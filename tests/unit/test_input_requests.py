@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field
 
 from ext_tasks import elicit, sample
 from ext_tasks.engine import Engine
+from ext_tasks.protocol.errors import MISSING_REQUIRED_CLIENT_CAPABILITY
 from tests.unit.engine_support import call_tool, error_of, result, result_of, text_of
 
 pytestmark = pytest.mark.anyio
@@ -142,7 +143,12 @@ async def test_url_elicitation_round_trip(engine: Engine) -> None:
 
 async def test_elicitation_for_a_client_that_declared_only_sampling_is_a_missing_capability(engine: Engine) -> None:
     err = await error_of(
-        engine, "tools/call", {"name": "greet", "arguments": {}}, status=400, code=-32021, capabilities={"sampling": {}}
+        engine,
+        "tools/call",
+        {"name": "greet", "arguments": {}},
+        status=400,
+        code=MISSING_REQUIRED_CLIENT_CAPABILITY,
+        capabilities={"sampling": {}},
     )
 
     assert err["data"] == {"requiredCapabilities": {"elicitation": {}}}
@@ -156,7 +162,7 @@ async def test_form_elicitation_for_a_client_that_declared_only_url_mode_is_a_mi
         "tools/call",
         {"name": "greet", "arguments": {}},
         status=400,
-        code=-32021,
+        code=MISSING_REQUIRED_CLIENT_CAPABILITY,
         capabilities={"elicitation": {"url": {}}},
     )
 
@@ -169,7 +175,7 @@ async def test_url_elicitation_without_the_url_capability_is_a_missing_capabilit
         "tools/call",
         {"name": "login", "arguments": {}},
         status=400,
-        code=-32021,
+        code=MISSING_REQUIRED_CLIENT_CAPABILITY,
         capabilities={"elicitation": {}},
     )
 
@@ -182,7 +188,7 @@ async def test_sampling_without_the_sampling_capability_is_a_missing_capability(
         "tools/call",
         {"name": "haiku", "arguments": {"topic": "rain"}},
         status=400,
-        code=-32021,
+        code=MISSING_REQUIRED_CLIENT_CAPABILITY,
         capabilities={"elicitation": {}},
     )
 
@@ -191,7 +197,12 @@ async def test_sampling_without_the_sampling_capability_is_a_missing_capability(
 
 async def test_roots_without_the_roots_capability_is_a_missing_capability(engine: Engine) -> None:
     err = await error_of(
-        engine, "tools/call", {"name": "workspace", "arguments": {}}, status=400, code=-32021, capabilities={}
+        engine,
+        "tools/call",
+        {"name": "workspace", "arguments": {}},
+        status=400,
+        code=MISSING_REQUIRED_CLIENT_CAPABILITY,
+        capabilities={},
     )
 
     assert err["data"] == {"requiredCapabilities": {"roots": {}}}
@@ -206,4 +217,11 @@ async def test_empty_elicitation_capability_means_form_mode(engine: Engine) -> N
 async def test_capabilities_are_read_from_each_request_never_remembered(engine: Engine) -> None:
     await result_of(engine, "tools/call", {"name": "greet", "arguments": {}}, capabilities={"elicitation": {}})
 
-    await error_of(engine, "tools/call", {"name": "greet", "arguments": {}}, status=400, code=-32021, capabilities={})
+    await error_of(
+        engine,
+        "tools/call",
+        {"name": "greet", "arguments": {}},
+        status=400,
+        code=MISSING_REQUIRED_CLIENT_CAPABILITY,
+        capabilities={},
+    )

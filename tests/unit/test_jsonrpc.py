@@ -184,14 +184,14 @@ def test_id_of_is_none_when_there_is_no_usable_id(body: bytes) -> None:
 def test_error_message_without_a_known_id_carries_a_null_id() -> None:
     message = error_message(None, ParseError("Parse error"))
 
-    assert message == {"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "Parse error"}}
+    assert message == {"jsonrpc": "2.0", "id": None, "error": {"code": PARSE_ERROR, "message": "Parse error"}}
 
 
 def test_error_message_echoes_the_request_id() -> None:
     message = error_message("abc", InvalidRequest("Invalid Request"))
 
     assert message["id"] == "abc"
-    assert message["error"]["code"] == -32600
+    assert message["error"]["code"] == INVALID_REQUEST
 
 
 def test_encoded_result_decodes_back_to_the_same_message() -> None:

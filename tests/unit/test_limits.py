@@ -12,6 +12,7 @@ from ext_tasks.auth import Principal
 from ext_tasks.engine import Engine
 from ext_tasks.metrics import REGISTRY
 from ext_tasks.options import TaskOptions
+from ext_tasks.protocol.errors import INVALID_PARAMS, LIMIT_EXCEEDED
 from ext_tasks.protocol.jsonrpc import encode
 from ext_tasks.protocol.resume import ResumeCodec
 from ext_tasks.replies import JsonReply
@@ -68,7 +69,7 @@ async def test_a_principal_past_its_active_task_cap_is_told_clearly_and_others_a
     refused = await call(engine, "tools/call", {"name": "job", "arguments": {}})
     assert refused.status == 429
     assert refused.message is not None
-    assert refused.message["error"]["code"] == -31429  # application-defined: "retry later", not "malformed"
+    assert refused.message["error"]["code"] == LIMIT_EXCEEDED  # application-defined: "retry later", not "malformed"
     assert "limit is 2" in refused.message["error"]["message"]
     assert "result" in (await call(engine, "tools/call", {"name": "job", "arguments": {}}, BOB)).message  # type: ignore[operator]
 
@@ -90,7 +91,7 @@ async def test_a_single_use_state_cannot_be_replayed() -> None:
     replayed = (await call(engine, "tools/call", retry)).message
     assert replayed is not None
     assert replayed["error"] == {
-        "code": -32602,
+        "code": INVALID_PARAMS,
         "message": "Invalid or expired requestState",
         "data": {"reason": "invalid_request_state"},
     }

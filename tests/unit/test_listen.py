@@ -15,6 +15,7 @@ import pytest
 from ext_tasks import ToolRegistry
 from ext_tasks.engine import Engine
 from ext_tasks.options import EngineOptions
+from ext_tasks.protocol.errors import INVALID_PARAMS
 from ext_tasks.protocol.resume import ResumeCodec
 from ext_tasks.replies import StreamItem, StreamReply
 from tests.unit.engine_support import (
@@ -139,4 +140,4 @@ async def test_idle_subscription_sends_keepalives(registry: ToolRegistry, clock:
 async def test_listen_with_a_malformed_filter_is_invalid_params(engine: Engine) -> None:
     reply = await request(engine, "subscriptions/listen", {"notifications": {"toolsListChanged": "sometimes"}})
 
-    assert error(reply)["code"] == -32602
+    assert error(reply)["code"] == INVALID_PARAMS

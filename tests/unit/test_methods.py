@@ -13,6 +13,7 @@ import pytest
 
 from ext_tasks import ToolRegistry
 from ext_tasks.engine import Engine
+from ext_tasks.protocol.errors import INVALID_PARAMS
 from tests.unit.engine_support import (
     SERVER_INFO,
     VERSION,
@@ -118,7 +119,7 @@ async def test_resource_template_reads_its_variables_from_the_uri(engine: Engine
 
 
 async def test_unknown_tool_is_invalid_params(engine: Engine) -> None:
-    err = await error_of(engine, "tools/call", {"name": "nope", "arguments": {}}, status=None, code=-32602)
+    err = await error_of(engine, "tools/call", {"name": "nope", "arguments": {}}, status=None, code=INVALID_PARAMS)
 
     assert "nope" in err["message"]
 
@@ -131,34 +132,34 @@ async def test_unknown_tool_is_invalid_params(engine: Engine) -> None:
 async def test_invalid_arguments_are_invalid_params(engine: Engine, arguments: dict[str, Any]) -> None:
     reply = await call_tool(engine, "add", arguments)
 
-    assert error(reply)["code"] == -32602
+    assert error(reply)["code"] == INVALID_PARAMS
 
 
 @pytest.mark.parametrize("name", [["add"], {"tool": "add"}, 7, None], ids=["list", "object", "number", "null"])
 async def test_tool_name_that_is_not_a_string_is_invalid_params(engine: Engine, name: object) -> None:
     reply = await request(engine, "tools/call", {"name": name, "arguments": {}})
 
-    assert error(reply)["code"] == -32602
+    assert error(reply)["code"] == INVALID_PARAMS
 
 
 async def test_arguments_that_are_not_an_object_are_invalid_params(engine: Engine) -> None:
     reply = await request(engine, "tools/call", {"name": "add", "arguments": [1, 2]})
 
-    assert error(reply)["code"] == -32602
+    assert error(reply)["code"] == INVALID_PARAMS
 
 
 async def test_unknown_resource_is_invalid_params_naming_the_uri(engine: Engine) -> None:
-    err = await error_of(engine, "resources/read", {"uri": "file:///missing.md"}, status=None, code=-32602)
+    err = await error_of(engine, "resources/read", {"uri": "file:///missing.md"}, status=None, code=INVALID_PARAMS)
 
     assert err["data"] == {"uri": "file:///missing.md"}
 
 
 async def test_unknown_prompt_is_invalid_params(engine: Engine) -> None:
-    await error_of(engine, "prompts/get", {"name": "nope"}, status=None, code=-32602)
+    await error_of(engine, "prompts/get", {"name": "nope"}, status=None, code=INVALID_PARAMS)
 
 
 async def test_list_with_a_cursor_this_server_never_issued_is_invalid_params(engine: Engine) -> None:
-    await error_of(engine, "tools/list", {"cursor": "page-2"}, status=None, code=-32602)
+    await error_of(engine, "tools/list", {"cursor": "page-2"}, status=None, code=INVALID_PARAMS)
 
 
 # --- tool failures ----------------------------------------------------------------------------------
@@ -233,7 +234,7 @@ async def test_completion_for_an_unknown_prompt_is_invalid_params(engine: Engine
         "completion/complete",
         {"ref": {"type": "ref/prompt", "name": "nope"}, "argument": {"name": "name", "value": ""}},
         status=None,
-        code=-32602,
+        code=INVALID_PARAMS,
     )
 
     assert "nope" in err["message"]

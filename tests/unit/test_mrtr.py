@@ -24,7 +24,7 @@ import pytest
 from ext_tasks import Context, InputRequired, Principal, ToolRegistry, elicit
 from ext_tasks.engine import Engine
 from ext_tasks.protocol.envelope import NAME_FIELDS, encode_header_value
-from ext_tasks.protocol.errors import INTERNAL_ERROR
+from ext_tasks.protocol.errors import INTERNAL_ERROR, PARSE_ERROR
 from ext_tasks.protocol.resume import MAX_TOKEN_CHARS, ResumeCodec
 from ext_tasks.replies import JsonReply
 
@@ -364,4 +364,4 @@ async def test_nesting_too_deep_to_digest_or_seal_is_a_parse_error_not_a_crash(e
     assert [depth for depth, reply in replies.items() if reply.status >= 500] == []
     for depth, reply in replies.items():
         assert reply.status == 400, (depth, reply)
-        assert reply.message is not None and reply.message["error"]["code"] == -32700, (depth, reply.message)
+        assert reply.message is not None and reply.message["error"]["code"] == PARSE_ERROR, (depth, reply.message)

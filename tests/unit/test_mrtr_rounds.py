@@ -12,6 +12,7 @@ import pytest
 
 from ext_tasks import ToolRegistry
 from ext_tasks.engine import Engine
+from ext_tasks.protocol.errors import INVALID_PARAMS
 from ext_tasks.protocol.resume import ResumeCodec
 from tests.unit.engine_support import (
     ALICE,
@@ -172,7 +173,7 @@ async def test_malformed_input_responses_are_invalid_params(engine: Engine, resp
 
     reply = await call_tool(engine, "greet", inputResponses=responses, requestState=first["requestState"])
 
-    assert error(reply)["code"] == -32602
+    assert error(reply)["code"] == INVALID_PARAMS
 
 
 async def test_unknown_extra_answers_are_ignored(engine: Engine) -> None:
@@ -199,7 +200,7 @@ async def test_tampered_request_state_is_refused_with_the_fixed_message(engine: 
 
     assert reply.message is not None
     assert reply.message["id"] == "t-1"
-    assert error(reply)["code"] == -32602
+    assert error(reply)["code"] == INVALID_PARAMS
     assert error(reply)["message"] == "Invalid or expired requestState"
 
 
@@ -207,7 +208,7 @@ async def test_tampered_request_state_is_refused_with_the_fixed_message(engine: 
 async def test_request_state_that_was_never_issued_is_refused(engine: Engine, state: object) -> None:
     reply = await call_tool(engine, "greet", inputResponses=NAME_ANSWER, requestState=state)
 
-    assert error(reply)["code"] == -32602
+    assert error(reply)["code"] == INVALID_PARAMS
 
 
 async def test_expired_request_state_is_refused(engine: Engine, clock: FakeClock) -> None:
@@ -217,7 +218,7 @@ async def test_expired_request_state_is_refused(engine: Engine, clock: FakeClock
     reply = await call_tool(engine, "greet", inputResponses=NAME_ANSWER, requestState=first["requestState"])
 
     assert error(reply) == {
-        "code": -32602,
+        "code": INVALID_PARAMS,
         "message": "Invalid or expired requestState",
         "data": {"reason": "invalid_request_state"},
     }
@@ -228,7 +229,7 @@ async def test_request_state_replayed_for_another_tool_is_refused(engine: Engine
 
     reply = await call_tool(engine, "introduce", inputResponses=NAME_ANSWER, requestState=first["requestState"])
 
-    assert error(reply)["code"] == -32602
+    assert error(reply)["code"] == INVALID_PARAMS
     assert error(reply)["message"] == "Invalid or expired requestState"
 
 
@@ -239,7 +240,7 @@ async def test_request_state_replayed_with_other_arguments_is_refused(engine: En
         engine, "greet", {"greeting": "Goodbye"}, inputResponses=NAME_ANSWER, requestState=first["requestState"]
     )
 
-    assert error(reply)["code"] == -32602
+    assert error(reply)["code"] == INVALID_PARAMS
 
 
 async def test_request_state_replayed_by_another_principal_is_refused(engine: Engine) -> None:
@@ -249,7 +250,7 @@ async def test_request_state_replayed_by_another_principal_is_refused(engine: En
         engine, "greet", inputResponses=NAME_ANSWER, requestState=first["requestState"], principal=BOB
     )
 
-    assert error(reply)["code"] == -32602
+    assert error(reply)["code"] == INVALID_PARAMS
 
 
 async def test_request_state_replayed_on_another_method_is_refused(engine: Engine) -> None:
@@ -261,7 +262,7 @@ async def test_request_state_replayed_on_another_method_is_refused(engine: Engin
         {"name": "greeting", "arguments": {"name": "Ada"}, "requestState": first["requestState"]},
     )
 
-    assert error(reply)["code"] == -32602
+    assert error(reply)["code"] == INVALID_PARAMS
 
 
 async def test_request_state_from_a_server_with_other_keys_is_refused(registry: ToolRegistry, clock: FakeClock) -> None:
@@ -271,7 +272,7 @@ async def test_request_state_from_a_server_with_other_keys_is_refused(registry: 
 
     reply = await call_tool(mine, "greet", inputResponses=NAME_ANSWER, requestState=first["requestState"])
 
-    assert error(reply)["code"] == -32602
+    assert error(reply)["code"] == INVALID_PARAMS
 
 
 async def test_request_state_verifies_on_another_engine_sharing_the_key(

@@ -17,7 +17,7 @@ from ext_tasks.engine import Engine
 from ext_tasks.http import App, create_app
 from ext_tasks.options import EngineOptions
 from ext_tasks.pacing import BODY_BYTES_PER_UNIT, FREE_BODY_BYTES, MAX_BUCKETS, MAX_HOLD_S, Pacing, body_cost
-from ext_tasks.protocol.errors import LimitExceeded
+from ext_tasks.protocol.errors import LIMIT_EXCEEDED, LimitExceeded
 from ext_tasks.protocol.resume import ResumeCodec
 from ext_tasks.replies import JsonReply, StreamReply
 from ext_tasks.store.memory import MemoryTaskStore
@@ -49,7 +49,7 @@ def test_a_principal_spends_its_burst_then_is_refused_until_the_rate_refills_it(
     for _ in range(5):
         pacing.charge("alice", 100, kind="listen")
     refused = refusal(pacing, "alice", 100)
-    assert refused.code == -31429 and refused.http_status == 429
+    assert refused.code == LIMIT_EXCEEDED and refused.http_status == 429
     assert refused.data == {"limit": "pacing", "retryAfterSeconds": 1}
     # 100 units at 100 a second: the whole second is held, and then it may be sent again at once.
     assert refused.hold_s == pytest.approx(1.0)
@@ -147,7 +147,7 @@ async def test_large_bodies_past_the_budget_answer_429_after_a_hold_and_others_a
         assert refused.status_code == 429
         assert refused.headers["retry-after"] == "1"
         error = json_rpc_error(refused)
-        assert error["code"] == -31429 and error["data"]["limit"] == "pacing"
+        assert error["code"] == LIMIT_EXCEEDED and error["data"]["limit"] == "pacing"
         assert held >= 0.9  # 20 units at 10 a second are 2 s away: the answer was held for 1 s
         # Small requests cost nothing, and another principal has its own budget.
         assert (await post(http, "tools/list", extra_headers=alice)).status_code == 200

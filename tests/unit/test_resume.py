@@ -87,7 +87,7 @@ def rejection(codec: ResumeCodec, token: object, binding: Binding = BINDING) -> 
     assert error.code == INVALID_PARAMS
     assert error.message == InvalidRequestState.WIRE_MESSAGE == "Invalid or expired requestState"
     assert error.to_error() == {
-        "code": -32602,
+        "code": INVALID_PARAMS,
         "message": "Invalid or expired requestState",
         "data": {"reason": "invalid_request_state"},
     }

@@ -8,7 +8,6 @@ and draws the diagram in docs/architecture.md: those are checked here too.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import logging
 import re
 import subprocess
@@ -17,9 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ext_tasks.lifecycle import task_event
 from ext_tasks.metrics import REGISTRY
+from ext_tasks.protocol.errors import INTERNAL_ERROR
 from ext_tasks.protocol.states import (
     LEGACY_STATUS,
     LEGACY_TERMINAL,
@@ -51,6 +53,7 @@ from ext_tasks.protocol.tasks import (
     transition,
 )
 from migration import translate
+from tests.unit.properties import quick
 
 T0 = 1_800_000_000_000  # ms since the epoch (2027-01-15)
 ISO_Z = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z$")
@@ -74,9 +77,7 @@ COLOUR_REQUEST: dict[str, Any] = {
 NAME_ANSWER: dict[str, Any] = {"action": "accept", "content": {"name": "Ada"}}
 COLOUR_ANSWER: dict[str, Any] = {"action": "accept", "content": {"colour": "teal"}}
 TOOL_RESULT: dict[str, Any] = {"content": [{"type": "text", "text": "done"}], "isError": False}
-ERROR: dict[str, Any] = {"code": -32603, "message": "Upstream API rate limit exceeded"}
-
-ALL_PAIRS = list(itertools.product(TaskStatus, TaskEvent))
+ERROR: dict[str, Any] = {"code": INTERNAL_ERROR, "message": "Upstream API rate limit exceeded"}
 
 
 def make_record(status: TaskStatus = TaskStatus.WORKING, **changes: Any) -> TaskRecord:
@@ -112,18 +113,27 @@ def record_in(status: TaskStatus) -> TaskRecord:
 
 # --- the table --------------------------------------------------------------------------------------
 
-
-@pytest.mark.parametrize(("status", "event"), ALL_PAIRS, ids=[f"{s.value}-{e.value}" for s, e in ALL_PAIRS])
-def test_every_status_event_pair_is_in_the_table_or_raises_invalid_transition(
-    status: TaskStatus, event: TaskEvent
-) -> None:
-    if (status, event) in TRANSITIONS:
-        assert next_status(status, event) is TRANSITIONS[(status, event)]
-        return
-    with pytest.raises(InvalidTransition) as raised:
-        next_status(status, event)
-    assert raised.value.status is status
-    assert raised.value.event is event
+_W, _I = TaskStatus.WORKING, TaskStatus.INPUT_REQUIRED
+_C, _F, _X = TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED
+#: Every row, written out: the log event names are what operators and dashboards rely on.
+EXPECTED_ROWS: dict[tuple[TaskStatus | None, TaskEvent], tuple[TaskStatus, str | None]] = {
+    (None, TaskEvent.CREATED): (_W, "task.created"),
+    (_W, TaskEvent.RUN_STARTED): (_W, None),
+    (_W, TaskEvent.STATUS_REPORTED): (_W, None),
+    (_W, TaskEvent.RERUN_REQUESTED): (_W, "task.rerun"),
+    (_W, TaskEvent.INPUT_REQUESTED): (_I, "task.input_requested"),
+    (_W, TaskEvent.SUCCEEDED): (_C, "task.completed"),
+    (_W, TaskEvent.FAILED): (_F, "task.failed"),
+    (_W, TaskEvent.CANCEL_REQUESTED): (_X, "task.cancelled"),
+    (_I, TaskEvent.ANSWERED): (_I, "task.answered"),
+    (_I, TaskEvent.INPUT_PROVIDED): (_W, "task.resumed"),
+    (_I, TaskEvent.SUCCEEDED): (_C, "task.completed"),
+    (_I, TaskEvent.FAILED): (_F, "task.failed"),
+    (_I, TaskEvent.CANCEL_REQUESTED): (_X, "task.cancelled"),
+    (_C, TaskEvent.DELIVERED): (_C, "task.result_retrieved"),
+    (_F, TaskEvent.DELIVERED): (_F, "task.result_retrieved"),
+    (_X, TaskEvent.DELIVERED): (_X, "task.result_retrieved"),
+}
 
 
 def test_terminal_statuses_are_completed_failed_cancelled() -> None:
@@ -133,11 +143,6 @@ def test_terminal_statuses_are_completed_failed_cancelled() -> None:
         TaskStatus.FAILED,
         TaskStatus.CANCELLED,
     ]
-
-
-def test_terminal_statuses_have_no_outgoing_edge_but_delivered_to_themselves() -> None:
-    out_of_terminal = {pair: target for pair, target in TRANSITIONS.items() if pair[0] in TERMINAL}
-    assert out_of_terminal == {(status, TaskEvent.DELIVERED): status for status in TERMINAL}
 
 
 @pytest.mark.parametrize("status", sorted(TERMINAL))
@@ -169,6 +174,89 @@ def test_the_table_follows_the_spec_state_machine() -> None:
     assert TRANSITIONS[(TaskStatus.INPUT_REQUIRED, TaskEvent.ANSWERED)] is TaskStatus.INPUT_REQUIRED
     for status in TERMINAL:
         assert TRANSITIONS[(status, TaskEvent.DELIVERED)] is status
+
+
+# --- properties of the machine (hypothesis) -----------------------------------------------------------
+# The oracle is EXPECTED_ROWS, written out above, and the spec's diagram below: never the module's own
+# TABLE, TRANSITIONS or TERMINAL, which the functions under test are derived from.
+
+STATUSES = st.sampled_from(list(TaskStatus))
+EVENTS = st.sampled_from(list(TaskEvent))
+#: protocol.md §3.10: where a task may go from each status (staying where it is included), drawn by hand.
+SPEC_MOVES: dict[TaskStatus, frozenset[TaskStatus]] = {
+    _W: frozenset({_W, _I, _C, _F, _X}),
+    _I: frozenset({_I, _W, _C, _F, _X}),
+    _C: frozenset({_C}),
+    _F: frozenset({_F}),
+    _X: frozenset({_X}),
+}
+
+
+@quick(200)
+@given(status=STATUSES, event=EVENTS)
+def test_next_status_is_the_written_out_row_or_raises_invalid_transition(status: TaskStatus, event: TaskEvent) -> None:
+    row = EXPECTED_ROWS.get((status, event))
+    if row is None:
+        with pytest.raises(InvalidTransition) as raised:
+            next_status(status, event)
+        assert (raised.value.status, raised.value.event) == (status, event)
+        assert (status, event) not in TRANSITIONS
+        return
+    assert next_status(status, event) is row[0]
+    assert TRANSITIONS[(status, event)] is row[0]
+    assert edge(status, event).log == row[1]
+
+
+@quick(100)
+@given(status=st.sampled_from([_C, _F, _X]), event=EVENTS)
+def test_a_finished_task_takes_only_delivered_and_stays_where_it_is(status: TaskStatus, event: TaskEvent) -> None:
+    record = record_in(status)
+    if event is TaskEvent.DELIVERED:
+        assert transition(record, event, T0 + 5_000).status is status
+        return
+    with pytest.raises(InvalidTransition) as raised:
+        transition(record, event, T0 + 5_000)
+    assert (raised.value.status, raised.value.event) == (status, event)
+
+
+@quick(200)
+@given(start=STATUSES, events=st.lists(EVENTS, max_size=16), steps_ms=st.lists(st.integers(-3_000, 3_000)))
+def test_any_sequence_of_events_moves_a_record_only_along_the_rows(
+    start: TaskStatus, events: list[TaskEvent], steps_ms: list[int]
+) -> None:
+    # Events in any order, refused ones included, and a clock that may step back.
+    record, now = record_in(start), T0 + 1_000
+    for index, event in enumerate(events):
+        now += steps_ms[index] if index < len(steps_ms) else 1_000
+        row = EXPECTED_ROWS.get((record.status, event))
+        if row is None:
+            with pytest.raises(InvalidTransition):
+                transition(record, event, now)
+            continue  # records are immutable: a refused event leaves nothing to undo
+        after = transition(record, event, now)
+        assert after.status is row[0]
+        assert after.status in SPEC_MOVES[record.status]
+        assert after.version == record.version + 1
+        assert after.updated_at_ms == max(record.updated_at_ms, now)
+        assert (after.task_id, after.created_at_ms) == (record.task_id, record.created_at_ms)
+        record = after
+
+
+@quick(200)
+@given(data=st.data())
+def test_every_walk_of_allowed_events_from_working_stays_in_the_spec_diagram(data: st.DataObject) -> None:
+    record, seen = make_record(_W), [_W]
+    for _ in range(data.draw(st.integers(0, 12), label="length")):
+        allowed = sorted(event for (status, event) in EXPECTED_ROWS if status is record.status)
+        event = data.draw(st.sampled_from(allowed), label=f"event in {record.status.value}")
+        after = transition(record, event, T0 + 2_000)
+        assert after.status in SPEC_MOVES[record.status], (record.status, event, after.status)
+        record = after
+        seen.append(record.status)
+    # Once finished, always finished: no walk leaves a terminal status.
+    finished = [index for index, status in enumerate(seen) if status in {_C, _F, _X}]
+    if finished:
+        assert set(seen[finished[0] :]) == {seen[finished[0]]}
 
 
 # --- transition ---------------------------------------------------------------------------------------
@@ -400,28 +488,6 @@ def test_an_unfinished_task_is_never_delivered(status: TaskStatus) -> None:
 
 
 # --- the rows: lifecycle log events and the transitions metric ----------------------------------------
-
-_W, _I = TaskStatus.WORKING, TaskStatus.INPUT_REQUIRED
-_C, _F, _X = TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED
-#: Every row, written out: the log event names are what operators and dashboards rely on.
-EXPECTED_ROWS: dict[tuple[TaskStatus | None, TaskEvent], tuple[TaskStatus, str | None]] = {
-    (None, TaskEvent.CREATED): (_W, "task.created"),
-    (_W, TaskEvent.RUN_STARTED): (_W, None),
-    (_W, TaskEvent.STATUS_REPORTED): (_W, None),
-    (_W, TaskEvent.RERUN_REQUESTED): (_W, "task.rerun"),
-    (_W, TaskEvent.INPUT_REQUESTED): (_I, "task.input_requested"),
-    (_W, TaskEvent.SUCCEEDED): (_C, "task.completed"),
-    (_W, TaskEvent.FAILED): (_F, "task.failed"),
-    (_W, TaskEvent.CANCEL_REQUESTED): (_X, "task.cancelled"),
-    (_I, TaskEvent.ANSWERED): (_I, "task.answered"),
-    (_I, TaskEvent.INPUT_PROVIDED): (_W, "task.resumed"),
-    (_I, TaskEvent.SUCCEEDED): (_C, "task.completed"),
-    (_I, TaskEvent.FAILED): (_F, "task.failed"),
-    (_I, TaskEvent.CANCEL_REQUESTED): (_X, "task.cancelled"),
-    (_C, TaskEvent.DELIVERED): (_C, "task.result_retrieved"),
-    (_F, TaskEvent.DELIVERED): (_F, "task.result_retrieved"),
-    (_X, TaskEvent.DELIVERED): (_X, "task.result_retrieved"),
-}
 
 
 def test_the_table_is_exactly_these_rows() -> None:

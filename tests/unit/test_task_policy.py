@@ -12,6 +12,7 @@ from ext_tasks.auth import Principal
 from ext_tasks.engine import Engine
 from ext_tasks.options import TaskOptions
 from ext_tasks.protocol.envelope import META_IDEMPOTENCY_KEY
+from ext_tasks.protocol.errors import INVALID_PARAMS
 from ext_tasks.protocol.jsonrpc import encode
 from ext_tasks.protocol.resume import ResumeCodec
 from ext_tasks.protocol.states import TaskStatus
@@ -177,7 +178,7 @@ async def test_the_same_key_with_other_arguments_is_refused() -> None:
     engine, _, _ = build(Clock())
     await call(engine, "tools/call", {"name": "deploy", "arguments": {"service": "billing"}}, key="k1")
     refused = error(await call(engine, "tools/call", {"name": "deploy", "arguments": {"service": "auth"}}, key="k1"))
-    assert refused["code"] == -32602
+    assert refused["code"] == INVALID_PARAMS
     assert "different tool or different arguments" in refused["message"]
 
 
@@ -201,7 +202,7 @@ async def test_without_a_key_every_call_is_a_new_task() -> None:
 async def test_malformed_or_conflicting_keys_are_refused(key: str, header: str | None) -> None:
     engine, _, _ = build(Clock())
     deploy = {"name": "deploy", "arguments": {"service": "billing"}}
-    assert error(await call(engine, "tools/call", deploy, key=key, header_key=header))["code"] == -32602
+    assert error(await call(engine, "tools/call", deploy, key=key, header_key=header))["code"] == INVALID_PARAMS
 
 
 async def test_ttl_is_the_tools_own_capped_by_the_maximum() -> None:

@@ -17,7 +17,7 @@ import pytest
 from ext_tasks import Context, Principal, ToolRegistry, elicit
 from ext_tasks.engine import Engine
 from ext_tasks.options import TaskOptions
-from ext_tasks.protocol.errors import InternalError
+from ext_tasks.protocol.errors import INTERNAL_ERROR, INVALID_PARAMS, LIMIT_EXCEEDED, InternalError
 from ext_tasks.protocol.resume import ResumeCodec
 from ext_tasks.protocol.states import TaskStatus
 from ext_tasks.protocol.tasks import MAX_STATUS_CHARS, TaskRecord, encoded_size, stored_bytes
@@ -117,7 +117,7 @@ def blob_of(encoded: int) -> dict[str, str]:
 def refused_as_too_large(reply: JsonReply, part: str, size: int, limit: int) -> None:
     assert reply.status == 413, reply.message
     error = reply.message["error"] if reply.message else {}
-    assert error["code"] == -32602
+    assert error["code"] == INVALID_PARAMS
     assert error["data"] == {f"{part}Bytes": size, f"max{part.capitalize()}Bytes": limit}
 
 
@@ -211,7 +211,7 @@ async def test_a_principals_tasks_are_refused_once_their_bytes_would_pass_the_bu
         created += 1
     assert created == 6  # six tasks of ~10 KB fit in 64 KiB; the seventh does not
     assert reply.status == 429 and reply.headers == {"Retry-After": "60"}
-    assert reply.message is not None and reply.message["error"]["code"] == -31429
+    assert reply.message is not None and reply.message["error"]["code"] == LIMIT_EXCEEDED
     assert reply.message["error"]["data"] == {"limit": "max_stored_bytes", "retryAfterSeconds": 60}
     assert await served.store.places.charged("alice") <= 64 * 1024
     # Another principal has a budget of its own.
@@ -243,7 +243,7 @@ async def test_a_failed_tasks_status_message_and_error_are_cut_too() -> None:
     assert done is not None and done.status is TaskStatus.FAILED
     assert done.status_message is not None and len(done.status_message) == MAX_STATUS_CHARS
     assert done.status_message.startswith("Task failed: eee") and done.status_message.endswith("…")
-    assert done.error is not None and done.error["code"] == -32603
+    assert done.error is not None and done.error["code"] == INTERNAL_ERROR
     assert done.error["message"] == "e" * (MAX_STATUS_CHARS - 1) + "…" and "data" not in done.error
     assert stored_bytes(done) < 8 * 1024
 

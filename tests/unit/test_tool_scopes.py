@@ -15,6 +15,7 @@ from ext_tasks import Context, Principal, ToolRegistry
 from ext_tasks.auth import MAX_GRANT_BYTES, grant_of, principal_from_grant
 from ext_tasks.engine import Engine
 from ext_tasks.options import TaskOptions
+from ext_tasks.protocol.errors import INVALID_REQUEST
 from ext_tasks.protocol.resume import ResumeCodec
 from ext_tasks.replies import JsonReply
 from ext_tasks.store.memory import MemoryTaskStore
@@ -98,7 +99,7 @@ async def test_a_token_without_the_tools_scope_gets_403_naming_it(engine: Engine
     reply = await send(engine, "tools/call", {"name": "deploy", "arguments": {"service": "api"}}, READER)
     assert reply.status == 403
     assert reply.message is not None
-    assert reply.message["error"]["code"] == -32600
+    assert reply.message["error"]["code"] == INVALID_REQUEST
     assert "insufficient_scope" in reply.headers["WWW-Authenticate"]
     assert 'scope="deploy:production"' in reply.headers["WWW-Authenticate"]
 

@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 
 from ext_tasks import Context, Header, Principal, ToolRegistry
 from ext_tasks.protocol.envelope import Envelope
-from ext_tasks.protocol.errors import InvalidParams
+from ext_tasks.protocol.errors import INVALID_PARAMS, InvalidParams
 from ext_tasks.tools import ChangeKind
 
 VERSION = "2026-07-28"
@@ -237,7 +237,7 @@ def test_invalid_arguments_raise_invalid_params_naming_the_argument(arguments: d
     for attempt in (lambda: tool.check_arguments(arguments), lambda: tool.bind(arguments, a_context())):
         with pytest.raises(InvalidParams) as raised:
             attempt()
-        assert raised.value.to_error()["code"] == -32602
+        assert raised.value.to_error()["code"] == INVALID_PARAMS
         assert raised.value.message.startswith("Invalid arguments: ")
         assert named in raised.value.message
 

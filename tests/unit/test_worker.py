@@ -26,10 +26,11 @@ from ext_tasks.protocol.errors import INTERNAL_ERROR, MISSING_REQUIRED_CLIENT_CA
 from ext_tasks.protocol.requests import PARSERS, Call
 from ext_tasks.protocol.states import TaskStatus
 from ext_tasks.protocol.tasks import TaskRecord, detailed_task_wire
+from ext_tasks.protocol.versions import MODERN_2026_07_28
 from ext_tasks.store.base import Run
 from ext_tasks.store.memory import MemoryTaskStore
 from ext_tasks.task_methods import TaskMethods
-from ext_tasks.worker import Worker
+from ext_tasks.worker import Worker, run_envelope
 
 pytestmark = pytest.mark.anyio
 
@@ -759,3 +760,12 @@ async def test_a_run_the_queue_gave_to_another_worker_stops_unacknowledged(
             await probe.saw_cancel.wait()  # stopped at the heartbeat that found the run gone
     assert store.acknowledged == []  # the new holder acknowledges it, not this worker
     assert (await store.record(task_id)).status is TaskStatus.WORKING  # nothing committed either
+
+
+async def test_a_run_sees_the_capabilities_its_record_stored_and_no_stream() -> None:
+    store = WatchedStore()
+    task_id = await add_task(store, "deploy", capabilities={"elicitation": {"form": {}}})
+    envelope = run_envelope(await store.record(task_id))
+    assert envelope.client_capabilities == {"elicitation": {"form": {}}}
+    assert envelope.protocol_version == MODERN_2026_07_28
+    assert not envelope.wants_stream()

@@ -35,6 +35,7 @@ from valkey.exceptions import (
 )
 
 from ...metrics import STORE_ACK_TIMEOUTS, STORE_RETRIES
+from ...options import VALKEY_ACK_TIMEOUT_MS, VALKEY_MIN_REPLICA_ACKS
 from .cluster_client import SETTLE_S
 from .errors import TaskStoreUnavailable
 
@@ -51,8 +52,8 @@ class ReplicaAcks:
     """How many replicas must confirm a write (0: none, Valkey's own asynchronous replication), and how
     long to wait for them."""
 
-    replicas: int = 0
-    timeout_ms: int = 1000
+    replicas: int = VALKEY_MIN_REPLICA_ACKS
+    timeout_ms: int = VALKEY_ACK_TIMEOUT_MS
 
     def wait(self) -> Command:
         return ("WAIT", self.replicas, self.timeout_ms)

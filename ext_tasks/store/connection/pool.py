@@ -17,8 +17,10 @@ from typing import Any, Final
 
 from valkey.asyncio import BlockingConnectionPool
 
+from ...options import VALKEY_MAX_CONNECTIONS
+
 #: Connections one client may hold at once (commands, blocking reads and the pub/sub connection).
-MAX_CONNECTIONS: Final = 64
+MAX_CONNECTIONS: Final = VALKEY_MAX_CONNECTIONS
 #: How long a pooled connection may sit unused before it is closed.
 IDLE_S: Final = 10.0
 #: What a dedicated connection takes from the client's settings (the rest is the pool's business).

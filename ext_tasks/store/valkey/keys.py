@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...options import VALKEY_PREFIX
 from ..ids import LEGACY_PARTITION, digest, partition_of, partition_of_key
 
 
 @dataclass(frozen=True, slots=True)
 class KeySchema:
-    prefix: str = "ext-tasks"
+    prefix: str = VALKEY_PREFIX
 
     # --- one task ---------------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
+from ...options import VALKEY_PREFIX
 from ...protocol.tasks import TaskRecord
 from ..base import ActiveLimit, ExistingTask, Expired, IdempotencyClaim, Run, WatchItem
 from ..connection.acks import ReplicaAcks
@@ -78,7 +79,7 @@ class ValkeyTaskStore:
         self,
         target: str | Topology,
         *,
-        prefix: str = "ext-tasks",
+        prefix: str = VALKEY_PREFIX,
         pool: PoolSettings | None = None,
         channels: ShardedChannels | None = None,
         owner_places: bool = True,
