@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Final
 
 from .auth import Caller, Principal
@@ -31,7 +31,7 @@ from .notify import ChangeEvent, ChangeHub
 from .options import EngineOptions
 from .outbox import Outbox
 from .pacing import Pacing
-from .protocol.envelope import Envelope, Headers, check_envelope
+from .protocol.envelope import Envelope, Headers, Target, check_envelope
 from .protocol.errors import InternalError, InvalidRequest, MethodNotFound, ProtocolError
 from .protocol.jsonrpc import Message as Decoded
 from .protocol.jsonrpc import (
@@ -39,12 +39,12 @@ from .protocol.jsonrpc import (
     Request,
     RequestId,
     Response,
-    Result,
     decode_message,
     notification_message,
     result_message,
 )
-from .protocol.requests import PARSERS, Call, tool_call
+from .protocol.requests import PARSERS, Call, ToolCall, loose_target, parse_tool_call
+from .protocol.result_types import AnyResult
 from .protocol.resume import ResumeCodec
 from .protocol.versions import META_SERVER_INFO
 from .replies import NOT_ALLOWED, JsonReply, Message, Reply, StreamItem, StreamReply
@@ -54,7 +54,9 @@ from .waits import WaitLimit
 
 logger = logging.getLogger("ext_tasks.engine")
 
-Handler = Callable[[Call[Any], Principal, Emit], Awaitable[Result]]
+Handler = Callable[[Call[Any], Principal, Emit], Awaitable[AnyResult]]
+#: The request's checked envelope, given the parsed call and its tool's ``Mcp-Param-*`` (``tools/call``).
+EnvelopeOf = Callable[[Target | None, Mapping[str, str] | None], Envelope]
 
 STREAMABLE: Final = frozenset({"tools/call", "prompts/get", "resources/read"})
 
@@ -86,6 +88,8 @@ class Engine:
         )
         self._handlers = self._table()
         self._server_info = {"name": registry.name, "version": registry.version}
+        #: The ``_meta`` of a result without one of its own (encoded only, never changed).
+        self._server_meta = {META_SERVER_INFO: self._server_info}
         registry.on_change(self._list_changed)
 
     def _table(self) -> dict[str, Handler]:
@@ -141,17 +145,16 @@ class Engine:
         if isinstance(message, Response):
             error = InvalidRequest("Invalid Request: this server sends no requests, so it accepts no responses")
             return JsonReply.error(message.id, error)
-        return await self._observed(message, lambda: self._checked(message, headers), principal, own_wait=True)
+        checked: EnvelopeOf = lambda target, params: self._checked(message, headers, target, params)  # noqa: E731
+        return await self._observed(message, checked, principal, own_wait=True)
 
     async def call(self, request: Request, envelope: Envelope, principal: Principal) -> Reply:
         """A request the legacy shim builds in process: its envelope is given, so no headers are checked
         and nothing is encoded or decoded. The shim counts its own waits (a GET stream following its
         tasks opens a listen here), so this one is not counted again."""
-        return await self._observed(request, lambda: envelope, principal, own_wait=False)
+        return await self._observed(request, lambda target, params: envelope, principal, own_wait=False)
 
-    async def _observed(
-        self, request: Request, envelope: Callable[[], Envelope], principal: Principal, *, own_wait: bool
-    ) -> Reply:
+    async def _observed(self, request: Request, envelope: EnvelopeOf, principal: Principal, own_wait: bool) -> Reply:
         started = time.perf_counter()
         reply = await self._dispatch(request, envelope, principal, own_wait)
         error = reply.message.get("error") if isinstance(reply, JsonReply) and reply.message else None
@@ -159,28 +162,23 @@ class Engine:
         observe_request(method_label(request.method), outcome, time.perf_counter() - started)
         return reply
 
-    def _checked(self, request: Request, headers: Headers) -> Envelope:
-        """``_meta`` and the SEP-2243 headers against the body (``Mcp-Param-*`` per the called tool)."""
-        header_params = None
-        if request.method == "tools/call":
-            tool = self.registry.tools.get(name) if isinstance(name := request.params.get("name"), str) else None
-            header_params = tool.header_params if tool is not None else None
-        envelope = check_envelope(request, headers, header_params, strict_headers=self.options.strict_headers)
+    def _checked(
+        self, request: Request, headers: Headers, target: Target | None, header_params: Mapping[str, str] | None
+    ) -> Envelope:
+        """``_meta`` and the SEP-2243 headers against the body (for ``tools/call``, against the call as
+        parsed, ``target``, and the called tool's ``Mcp-Param-*``)."""
+        strict = self.options.strict_headers
+        envelope = check_envelope(request, headers, header_params, strict_headers=strict, target=target)
         for header in envelope.tolerated_headers:
             header_tolerated(header)
         return envelope
 
-    async def _dispatch(
-        self, request: Request, envelope_of: Callable[[], Envelope], principal: Principal, own_wait: bool
-    ) -> Reply:
+    async def _dispatch(self, request: Request, envelope_of: EnvelopeOf, principal: Principal, own_wait: bool) -> Reply:
         try:
-            envelope = envelope_of()
             method = request.method
             if method == "tools/call":
-                params = tool_call(request.params, envelope)
-                tool = self.registry.tools.get(params.name)
-                call: Call[Any] = Call(request.id, method, params, envelope)
-                return await self._run(call, lambda emit: self.core.call_tool(call, tool, principal, emit))
+                return await self._call_tool(request, envelope_of, principal)
+            envelope = envelope_of(None, None)
             if method == "subscriptions/listen":
                 listen = PARSERS[method](request.params, envelope)
                 return await self.subscriptions.open(request.id, listen, principal, own_wait)
@@ -194,16 +192,38 @@ class Engine:
         except Exception:  # noqa: BLE001 - the one place that turns any failure into -32603
             return self._internal_error(request.id, request.method)
 
-    async def _run(self, call: Call[Any], run: Callable[[Emit], Awaitable[Result]]) -> Reply:
+    async def _call_tool(self, request: Request, envelope_of: EnvelopeOf, principal: Principal) -> Reply:
+        """``tools/call``, the hot path: the call is parsed once (its ``name`` read once), the tool looked
+        up once, and both handed to the envelope check and to the handler."""
+        try:
+            params = parse_tool_call(request.params)
+        except ProtocolError:
+            # The envelope's own errors come first (protocol.md §1.7): check it as far as the call allows.
+            loose = loose_target(request.params)
+            known = self.registry.find_tool(loose.name) if loose.name is not None else None
+            envelope_of(loose, known.header_params if known is not None else None)
+            raise
+        tool = self.registry.find_tool(params.name)
+        header_params = tool.header_params if tool is not None else None
+        envelope = envelope_of(Target(params.name, params.arguments), header_params)
+        call: Call[ToolCall] = Call(request.id, "tools/call", params, envelope)
+        return await self._run(call, lambda emit: self.core.call_tool(call, tool, principal, emit))
+
+    async def _run(self, call: Call[Any], run: Callable[[Emit], Awaitable[AnyResult]]) -> Reply:
         if call.method in STREAMABLE and call.envelope.wants_stream():
             return await self._maybe_stream(call, run)
         return JsonReply(200, self._result(call.id, await run(_drop)))
 
-    def _result(self, request_id: RequestId, result: Result) -> Message:
-        """Every result carries the server's identity in ``_meta`` (next to any ``_meta`` of its own)."""
-        meta = result.get("_meta")
-        server_meta = {**meta, META_SERVER_INFO: self._server_info} if meta else {META_SERVER_INFO: self._server_info}
-        return result_message(request_id, {**result, "_meta": server_meta})
+    def _result(self, request_id: RequestId, result: AnyResult) -> Message:
+        """The response carrying ``result``, which gets the server's identity in ``_meta`` (next to any
+        ``_meta`` of its own) here, once: a typed result is sent as built, ``resultType`` its tag."""
+        if isinstance(result, dict):  # a method not typed yet
+            meta = result.get("_meta")
+            server_meta = {**meta, META_SERVER_INFO: self._server_info} if meta else {**self._server_meta}
+            return result_message(request_id, {**result, "_meta": server_meta})
+        own = result.meta
+        result.meta = {**own, META_SERVER_INFO: self._server_info} if own else self._server_meta
+        return result_message(request_id, result)
 
     def _internal_error(self, request_id: RequestId, method: str) -> JsonReply:
         logger.exception("internal error handling %s", method)
@@ -211,7 +231,7 @@ class Engine:
 
     # --- requests that may stream notifications ---------------------------------------------------
 
-    async def _maybe_stream(self, call: Call[Any], run: Callable[[Emit], Awaitable[Result]]) -> Reply:
+    async def _maybe_stream(self, call: Call[Any], run: Callable[[Emit], Awaitable[AnyResult]]) -> Reply:
         outbox = Outbox()
 
         async def emit(method: str, params: dict[str, Any]) -> None:

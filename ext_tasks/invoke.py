@@ -14,13 +14,14 @@ from typing import Any
 
 from .context import Context, InputRequired, StartTask, ToolError
 from .protocol.errors import ProtocolError
+from .protocol.result_types import ToolCallResult
 from .results import tool_error_result, tool_result
 from .tools import Tool
 
 logger = logging.getLogger("ext_tasks.invoke")
 
 
-async def invoke_tool(tool: Tool, arguments: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
+async def invoke_tool(tool: Tool, arguments: Mapping[str, Any], ctx: Context) -> ToolCallResult:
     kwargs = tool.bind(arguments, ctx)
     try:
         value = await tool.fn(**kwargs)

@@ -29,6 +29,7 @@ from .protocol.requests import (
     declares_tasks,
     require_tasks_extension,
 )
+from .protocol.result_types import AnyResult
 from .protocol.resume import ResumeCodec
 from .protocol.tasks import EXTENSION_ID
 from .protocol.versions import MODERN_VERSIONS
@@ -110,7 +111,7 @@ class CoreMethods:
 
     # --- the three methods that may ask for input --------------------------------------------------
 
-    async def call_tool(self, call: Call[ToolCall], tool: Tool | None, principal: Principal, emit: Emit) -> Result:
+    async def call_tool(self, call: Call[ToolCall], tool: Tool | None, principal: Principal, emit: Emit) -> AnyResult:
         params = call.params
         if tool is None:
             raise InvalidParams(f"Unknown tool: {params.name}")
@@ -128,17 +129,17 @@ class CoreMethods:
             tool.check_arguments(arguments)  # invalid arguments answer -32602 now, not as a failed task
             return await self.tasks.create(tool, arguments, call.envelope, principal)
 
-        def body(ctx: Context) -> Awaitable[Result]:
+        def body(ctx: Context) -> Awaitable[AnyResult]:
             return invoke_tool(tool, arguments, ctx)
 
-        async def start_task(answers: dict[str, Any], state: Any) -> Result:
+        async def start_task(answers: dict[str, Any], state: Any) -> AnyResult:
             assert self.tasks is not None
             return await self.tasks.create(tool, arguments, call.envelope, principal, answers=answers, state=state)
 
         hook = start_task if as_task else None
         return await self._round(call, "tools/call", params.name, arguments, params.round, principal, emit, body, hook)
 
-    async def get_prompt(self, call: Call[PromptGet], principal: Principal, emit: Emit) -> Result:
+    async def get_prompt(self, call: Call[PromptGet], principal: Principal, emit: Emit) -> AnyResult:
         params = call.params
         prompt = self.registry.prompts.get(params.name)
         if prompt is None:
@@ -147,13 +148,15 @@ class CoreMethods:
         async def body(ctx: Context) -> Result:
             kwargs = prompt.signature.bind(params.arguments, ctx)
             value = await _call_or_internal(prompt.fn(**kwargs), f"prompt {prompt.name}")
-            return prompt_result(value, prompt.description)
+            result = prompt_result(value, prompt.description)
+            result["resultType"] = "complete"
+            return result
 
         return await self._round(
             call, "prompts/get", params.name, params.arguments, params.round, principal, emit, body
         )
 
-    async def read_resource(self, call: Call[ResourceRead], principal: Principal, emit: Emit) -> Result:
+    async def read_resource(self, call: Call[ResourceRead], principal: Principal, emit: Emit) -> AnyResult:
         uri = call.params.uri
         found = self.registry.find_resource(uri)
         if found is None:
@@ -175,9 +178,9 @@ class CoreMethods:
         round: Round,
         principal: Principal,
         emit: Emit,
-        body: Callable[[Context], Awaitable[Result]],
+        body: Callable[[Context], Awaitable[AnyResult]],
         start_task: StartTaskHook | None = None,
-    ) -> Awaitable[Result]:
+    ) -> Awaitable[AnyResult]:
         # run_round's coroutine itself (no pass-through coroutine around it): the hot path.
         return run_round(
             self.codec,

@@ -29,11 +29,12 @@ from .metrics import STATE_REJECTIONS
 from .protocol.envelope import Envelope
 from .protocol.errors import InvalidParams, InvalidRequestState, MissingClientCapability, RequestStateTooLarge
 from .protocol.requests import Round
+from .protocol.result_types import AnyResult, InputRequiredResult
 from .protocol.resume import Binding, ResumeCodec, digest_arguments
 
 logger = logging.getLogger("ext_tasks.mrtr")
 
-Outcome = dict[str, Any]
+Outcome = AnyResult
 StartTaskHook = Callable[[dict[str, Any], Any], Awaitable[Outcome]]
 #: ``claim(key, ttl_ms) -> bool`` of a shared store: ``True`` only the first time a key is claimed.
 ClaimOnce = Callable[[str, int], Awaitable[bool]]
@@ -55,7 +56,8 @@ async def run_round(
     start_task: StartTaskHook | None = None,
     claim_once: ClaimOnce | None = None,
 ) -> Outcome:
-    """Run ``body`` for one round and return the result object (``complete`` or ``input_required``).
+    """Run ``body`` for one round and return the result object: the body's own (``complete``, as it
+    built it), or ``input_required``.
 
     With ``start_task``, the function may call ``ctx.start_task()``; the round then ends with whatever
     the hook returns (a ``CreateTaskResult``), handing it every answer so far and the function's state.
@@ -70,7 +72,7 @@ async def run_round(
         can_start_task=start_task is not None,
     )
     try:
-        result = await body(ctx)
+        return await body(ctx)
     except StartTask:
         assert start_task is not None  # only raised when a hook was given
         return await start_task(answers, ctx.state)
@@ -84,7 +86,6 @@ async def run_round(
             envelope,
             asked=asked_before.union(ctx.asked_keys, asked.requests),
         )
-    return {**result, "resultType": "complete"}
 
 
 async def _restore(
@@ -122,7 +123,7 @@ def input_required_result(
     envelope: Envelope,
     *,
     asked: Iterable[object],
-) -> Outcome:
+) -> InputRequiredResult:
     """The ``input_required`` result asking ``requests``, with a state carrying ``state`` and the
     ``answers`` under the ``asked`` keys (this round's questions, the keys the function looked up, and
     every key asked in earlier rounds); answers under any other key are dropped."""
@@ -132,14 +133,11 @@ def input_required_result(
     for key in requests:
         if not isinstance(key, str) or not key:
             raise InvalidParams("input request keys must be non-empty strings")
-    result: Outcome = {"resultType": "input_required"}
-    if requests:
-        result["inputRequests"] = {key: request.to_wire() for key, request in requests.items()}
     # Answers are keyed by strings (JSON object keys): a key of another type can match none of them.
     asked_keys = {key for key in asked if isinstance(key, str)}
     kept = {key: answer for key, answer in answers.items() if key in asked_keys}
     try:
-        result["requestState"] = codec.seal(binding, state=state, responses=kept, asked=asked_keys)
+        sealed = codec.seal(binding, state=state, responses=kept, asked=asked_keys)
     except RequestStateTooLarge as exc:
         # Logged here, once, for the tool author; the engine sends the error without logging it. What
         # made it large is told in sizes only: never the state or the answers themselves.
@@ -156,4 +154,7 @@ def input_required_result(
             extra={"method": binding.method, "target": binding.target, "state_chars": exc.size},
         )
         raise
-    return result
+    if not requests:  # a state-only round: nothing to ask, just run again with the state
+        return InputRequiredResult(request_state=sealed)
+    wire = {key: request.to_wire() for key, request in requests.items()}
+    return InputRequiredResult(request_state=sealed, input_requests=wire)

@@ -30,12 +30,24 @@ class JsonReply(msgspec.Struct, frozen=True):
     #: Seconds the HTTP edge waits before sending it (a pacing refusal: see ``ext_tasks.pacing``).
     hold_s: float = 0.0
 
+    @property
+    def wire(self) -> Message:
+        """The message as the JSON object it is sent as: a typed result (``protocol.result_types``) turned
+        into plain objects, for readers in process that want the wire shape (tests); ``{}`` without one."""
+        return {} if self.message is None else wire_of(self.message)
+
     @classmethod
     def error(cls, request_id: RequestId | None, error: ProtocolError, status: int | None = None) -> JsonReply:
         """The reply for a failure: its HTTP status (unless ``status`` says otherwise), its extra headers
         (``Retry-After``, ``WWW-Authenticate``), its JSON-RPC error, and how long to hold it."""
         message = error_message(request_id, error)
         return cls(status or error.http_status, message, error.http_headers(), error.hold_s)
+
+
+def wire_of(message: Message) -> Message:
+    """``message`` as the JSON object it is sent as (typed results turned into plain objects)."""
+    wire: Message = msgspec.to_builtins(message)
+    return wire
 
 
 class StreamReply(msgspec.Struct, frozen=True):

@@ -15,6 +15,7 @@ from typing import Any, Final
 import msgspec
 from pydantic import BaseModel
 
+from .protocol.result_types import ToolCallResult
 from .protocol.wire import ContentBlock, PromptMessage, ResourceContents, TextContent, WireModel
 
 
@@ -46,28 +47,30 @@ def _block(item: ContentBlock | str) -> dict[str, Any]:
 _ONE_BLOCK: Final = (str, WireModel)
 
 
-def tool_result(value: Any) -> dict[str, Any]:
+def tool_result(value: Any) -> ToolCallResult:
+    """The result of a tool whose function returned ``value``: built here, once, and sent as it is (the
+    engine adds ``_meta``; ``resultType`` is the Struct's tag)."""
     if isinstance(value, ToolResult):
-        result: dict[str, Any] = {"content": [_block(item) for item in value.content], "isError": value.is_error}
+        blocks = [_block(item) for item in value.content]
         if value.structured is not None:
-            result["structuredContent"] = value.structured
-        return result
+            return ToolCallResult(content=blocks, is_error=value.is_error, structured_content=value.structured)
+        return ToolCallResult(content=blocks, is_error=value.is_error)
     if value is None:
-        return {"content": [], "isError": False}
+        return ToolCallResult(content=[], is_error=False)
     if isinstance(value, _ONE_BLOCK):
-        return {"content": [_block(value)], "isError": False}  # type: ignore[arg-type]
+        return ToolCallResult(content=[_block(value)], is_error=False)  # type: ignore[arg-type]
     if isinstance(value, list | tuple):
-        return {"content": [_block(item) for item in value], "isError": False}
+        return ToolCallResult(content=[_block(item) for item in value], is_error=False)
     if isinstance(value, BaseModel):
         value = value.model_dump(mode="json", by_alias=True)
     if isinstance(value, dict):
         text = msgspec.json.encode(value).decode()
-        return {"content": [{"type": "text", "text": text}], "structuredContent": value, "isError": False}
-    return {"content": [{"type": "text", "text": str(value)}], "isError": False}
+        return ToolCallResult(content=[{"type": "text", "text": text}], is_error=False, structured_content=value)
+    return ToolCallResult(content=[{"type": "text", "text": str(value)}], is_error=False)
 
 
-def tool_error_result(message: str) -> dict[str, Any]:
-    return {"content": [{"type": "text", "text": message}], "isError": True}
+def tool_error_result(message: str) -> ToolCallResult:
+    return ToolCallResult(content=[{"type": "text", "text": message}], is_error=True)
 
 
 def prompt_result(value: Any, description: str) -> dict[str, Any]:

@@ -35,21 +35,20 @@ from .protocol.envelope import Envelope
 from .protocol.errors import Busy, InvalidParams, LimitExceeded, ParamsTooLarge
 from .protocol.jsonrpc import Result
 from .protocol.requests import Call, TaskRef, TaskUpdate
+from .protocol.result_types import CreateTaskResult, GetTaskResult
 from .protocol.resume import digest_arguments
 from .protocol.states import TaskEvent, TaskStatus
 from .protocol.tasks import (
     MAX_CAPABILITY_BYTES,
     TaskRecord,
     answers_merged,
-    attempts_meta,
     cancelled,
+    create_task_result,
     delivered,
-    detailed_task_wire,
     encoded_size,
+    get_task_result,
     kept_capabilities,
     poll_interval,
-    status_only_wire,
-    task_wire,
 )
 from .store.base import (
     ActiveLimit,
@@ -155,7 +154,7 @@ class TaskMethods:
         *,
         answers: Mapping[str, Any] | None = None,
         state: Any = None,
-    ) -> Result:
+    ) -> CreateTaskResult:
         """Create the task durably (its first run queued in the same step) and answer ``CreateTaskResult``.
 
         With an idempotency key (``envelope.idempotency_key``) a resend of the same call by the same
@@ -205,13 +204,13 @@ class TaskMethods:
             assert claim is not None
             return await self._resent(existing, claim, principal)
         task_event(None, TaskEvent.CREATED, record, ttl_ms=ttl_ms)
-        return {"resultType": "task", **task_wire(record, now)}
+        return create_task_result(record, now)
 
     def _limit(self, now_ms: int) -> ActiveLimit:
         options = self.options
         return ActiveLimit(options.max_active_tasks, now_ms, options.max_stored_tasks, options.max_stored_bytes)
 
-    async def _resent(self, existing: ExistingTask, claim: IdempotencyClaim, principal: Principal) -> Result:
+    async def _resent(self, existing: ExistingTask, claim: IdempotencyClaim, principal: Principal) -> CreateTaskResult:
         if existing.fingerprint != claim.fingerprint:
             raise InvalidParams(
                 "Invalid params: this idempotency key was already used for a different tool or different "
@@ -220,7 +219,7 @@ class TaskMethods:
         found = await self.store.lookup(existing.task_id)
         if not isinstance(found, TaskRecord) or found.owner != principal.id:
             raise InvalidParams("Failed to retrieve task: Task has expired")
-        return {"resultType": "task", **task_wire(found, self._clock_ms())}
+        return create_task_result(found, self._clock_ms())
 
     async def _find(self, task_id: str, principal: Principal) -> TaskRecord:
         found = await self.store.lookup(task_id)
@@ -244,7 +243,7 @@ class TaskMethods:
         owners = await self.store.owners(task_ids)
         return [task_id for task_id in task_ids if owners.get(task_id) == principal.id]
 
-    async def get(self, call: Call[TaskRef], principal: Principal, emit: Emit) -> Result:
+    async def get(self, call: Call[TaskRef], principal: Principal, emit: Emit) -> GetTaskResult:
         record = await self._find(call.params.task_id, principal)
         now = self._clock_ms()
         if self.options.poll_rate_limit:
@@ -256,7 +255,7 @@ class TaskMethods:
                     retry_after_s=math.ceil(interval / 2000),
                 )
         if call.envelope.status_only:
-            return {"resultType": "complete", **status_only_wire(record, now), "_meta": attempts_meta(record)}
+            return get_task_result(record, now, status_only=True)
         shrunk = delivered(record, now, self.options.sensitive_grace_ms)
         if shrunk is not None:
             # The outcome is handed out for the first time: a sensitive one has what is left of its life
@@ -266,7 +265,7 @@ class TaskMethods:
                 record = shrunk
             else:
                 record = await self._find(call.params.task_id, principal)
-        return {"resultType": "complete", **detailed_task_wire(record, now), "_meta": attempts_meta(record)}
+        return get_task_result(record, now)
 
     async def update(self, call: Call[TaskUpdate], principal: Principal, emit: Emit) -> Result:
         responses = call.params.answers

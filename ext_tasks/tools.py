@@ -350,6 +350,11 @@ class ToolRegistry:
 
     # --- lookups ----------------------------------------------------------------------------------
 
+    def find_tool(self, name: str) -> Tool | None:
+        """The tool registered as ``name`` (``None``: no such tool). Every lookup of a tool to call goes
+        through here: a ``tools/call`` looks its tool up once (a test counts it)."""
+        return self.tools.get(name)
+
     def find_resource(self, uri: str) -> tuple[Resource | ResourceTemplate, dict[str, str]] | None:
         resource = self.resources.get(uri)
         if resource is not None:

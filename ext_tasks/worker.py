@@ -324,7 +324,7 @@ class Worker:
 
     async def _outcome(self, holder: _Current) -> _Outcome:
         record = holder.working
-        tool = self.registry.tools.get(record.tool)
+        tool = self.registry.find_tool(record.tool)
         if tool is None:
             return TaskEvent.FAILED, failed(
                 record, InternalError(f"Tool {record.tool!r} is no longer served").to_error(), self._clock_ms()
@@ -368,13 +368,13 @@ class Worker:
             return TaskEvent.INPUT_REQUESTED, input_requested(holder.working, requests, state, self._clock_ms())
         except ProtocolError as exc:
             return TaskEvent.FAILED, failed(holder.working, exc.to_error(), self._clock_ms())
-        result["resultType"] = "complete"
         size = len(_encoder.encode(result))
         if size > self.options.max_result_bytes:
             logger.warning("tool %s returned %d bytes for task %s: too large to keep", tool.name, size, record.task_id)
             error = result_too_large(size, self.options.max_result_bytes)
             return TaskEvent.FAILED, failed(holder.working, error, self._clock_ms())
-        return TaskEvent.SUCCEEDED, completed(holder.working, result, self._clock_ms())
+        # The record keeps the result as the JSON object it is sent as (``resultType``, its tag, included).
+        return TaskEvent.SUCCEEDED, completed(holder.working, msgspec.to_builtins(result), self._clock_ms())
 
 
 class _Current:

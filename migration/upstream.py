@@ -28,7 +28,7 @@ from ext_tasks.protocol.versions import (
     META_PROTOCOL_VERSION,
     MODERN_2026_07_28,
 )
-from ext_tasks.replies import JsonReply
+from ext_tasks.replies import JsonReply, wire_of
 
 from .remote import Reading, UpstreamFailed
 
@@ -106,13 +106,14 @@ class EngineUpstream:
     async def send(self, call: ModernCall, caller: Caller) -> AsyncIterator[dict[str, Any]]:
         request = Request(id=f"shim-{next(_ids)}", method=call.method, params=call.params_without_meta())
         reply = await self.engine.call(request, call.envelope(), caller.principal)
+        # The shim translates plain JSON objects: a typed result is turned into one here.
         if isinstance(reply, JsonReply):
             if reply.message is not None:
-                yield reply.message
+                yield wire_of(reply.message)
             return
         async for item in reply.items:
             if item is not None:
-                yield item
+                yield wire_of(item) if "result" in item else item
 
     async def task_support(self, caller: Caller) -> dict[str, str]:
         return {name: tool.task for name, tool in self.engine.registry.tools.items()}

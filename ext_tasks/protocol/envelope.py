@@ -95,15 +95,27 @@ class Envelope(msgspec.Struct, frozen=True):
         return self.progress_token is not None or self.log_level is not None
 
 
+class Target(msgspec.Struct, frozen=True):
+    """What an already parsed call says that headers mirror: the body's name (``None``: not a string,
+    so ``Mcp-Name`` has nothing to match) and the arguments ``Mcp-Param-*`` mirror."""
+
+    name: str | None
+    arguments: Mapping[str, Any]
+
+
 def check_envelope(
     request: Request,
     headers: Headers,
     header_params: Mapping[str, str] | None = None,
     *,
     strict_headers: bool = False,
+    target: Target | None = None,
 ) -> Envelope:
     """Validate ``request`` and its HTTP headers; ``header_params`` maps ``Mcp-Param-{Name}`` names
     (as declared by ``x-mcp-header`` in the called tool's input schema) to argument names.
+
+    ``target``: the call as the caller already parsed it (the engine's ``tools/call``), so the body's
+    name and arguments are not read again; without it they are read from ``request.params``.
 
     Unless ``strict_headers``, a ``tasks/*`` request without ``Mcp-Name`` is served and the envelope
     says so in ``tolerated_headers``."""
@@ -116,15 +128,15 @@ def check_envelope(
     tolerated: tuple[str, ...] = ()
     name_field = NAME_FIELDS.get(request.method)
     if name_field is not None:
-        value = request.params.get(name_field)
+        value = target.name if target is not None else request.params.get(name_field)
         if isinstance(value, str):
             if not strict_headers and request.method in NAME_OPTIONAL and not headers.get("mcp-name"):
                 tolerated = ("Mcp-Name",)
             else:
                 _expect_header(headers, "mcp-name", "Mcp-Name", value)
     if header_params:
-        arguments = request.params.get("arguments")
-        _check_param_headers(headers, header_params, arguments if isinstance(arguments, dict) else {})
+        arguments = target.arguments if target is not None else request.params.get("arguments")
+        _check_param_headers(headers, header_params, arguments if isinstance(arguments, Mapping) else {})
     key = _idempotency_key(request.params["_meta"].get(META_IDEMPOTENCY_KEY), headers)
     if key is None and not tolerated:
         return envelope

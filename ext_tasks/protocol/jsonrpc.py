@@ -182,7 +182,8 @@ def to_wire(message: Message) -> dict[str, Any]:
     return wire
 
 
-def result_message(request_id: RequestId, result: dict[str, Any]) -> dict[str, Any]:
+def result_message(request_id: RequestId, result: dict[str, Any] | msgspec.Struct) -> dict[str, Any]:
+    """The response carrying ``result``: a dict, or a typed result (``result_types``), encoded as it is."""
     return {"jsonrpc": "2.0", "id": request_id, "result": result}
 
 

@@ -12,7 +12,7 @@ from typing import Any, Final, Generic, TypeVar
 
 import msgspec
 
-from .envelope import Envelope
+from .envelope import Envelope, Target
 from .errors import InvalidParams, MissingClientCapability
 from .tasks import EXTENSION_ID
 from .wire import (
@@ -122,8 +122,9 @@ def _round(params: Mapping[str, Any]) -> Round:
     return Round(answers, params["requestState"]) if "requestState" in params else Round(answers)
 
 
-def tool_call(params: dict[str, Any], envelope: Envelope) -> ToolCall:
-    """Checked by hand: this is the hottest path, and these fields are all it needs."""
+def parse_tool_call(params: dict[str, Any]) -> ToolCall:
+    """Checked by hand: this is the hottest path, and these fields are all it needs. The one read of the
+    call's ``name``: the engine parses the call before the envelope check, which gets it from here."""
     name = params.get("name")
     if not isinstance(name, str):
         raise InvalidParams("Invalid params: name must be a string")
@@ -133,6 +134,17 @@ def tool_call(params: dict[str, Any], envelope: Envelope) -> ToolCall:
     elif not isinstance(arguments, dict):
         raise InvalidParams("Invalid params: arguments must be an object")
     return ToolCall(name, arguments, _round(params))
+
+
+def tool_call(params: dict[str, Any], envelope: Envelope) -> ToolCall:
+    return parse_tool_call(params)
+
+
+def loose_target(params: Mapping[str, Any]) -> Target:
+    """What headers are checked against for a call :func:`parse_tool_call` refused (the envelope's own
+    errors come first): its name if a string, its arguments if an object."""
+    name, arguments = params.get("name"), params.get("arguments")
+    return Target(name if isinstance(name, str) else None, arguments if isinstance(arguments, dict) else {})
 
 
 def prompt_get(params: dict[str, Any], envelope: Envelope) -> PromptGet:

@@ -23,6 +23,7 @@ from typing import Any, Final
 import msgspec
 
 from .errors import InternalError
+from .result_types import CreateTaskResult, DetailedTask, GetTaskResult, Task
 from .states import TaskEvent, TaskStatus, next_status
 
 EXTENSION_ID = "io.modelcontextprotocol/tasks"
@@ -262,49 +263,66 @@ def iso8601(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def task_wire(record: TaskRecord, now_ms: int | None = None) -> dict[str, Any]:
-    """The ``Task`` fields shared by ``CreateTaskResult``, ``tasks/get`` and ``notifications/tasks``;
-    ``now_ms`` dates the poll-interval suggestion."""
-    wire: dict[str, Any] = {
-        "taskId": record.task_id,
+def _task_members(record: TaskRecord, now_ms: int | None) -> dict[str, Any]:
+    members: dict[str, Any] = {
+        "task_id": record.task_id,
         "status": record.status.value,
-        "createdAt": iso8601(record.created_at_ms),
-        "lastUpdatedAt": iso8601(record.updated_at_ms),
-        "ttlMs": record.ttl_ms,
-        "pollIntervalMs": poll_interval(record, now_ms),
+        "created_at": iso8601(record.created_at_ms),
+        "last_updated_at": iso8601(record.updated_at_ms),
+        "ttl_ms": record.ttl_ms,
+        "poll_interval_ms": poll_interval(record, now_ms),
     }
     if record.status_message is not None:
-        wire["statusMessage"] = record.status_message
-    return wire
-
-
-def detailed_task_wire(record: TaskRecord, now_ms: int | None = None) -> dict[str, Any]:
-    """``DetailedTask``: the status-specific member (inputRequests, result or error) included."""
-    wire = task_wire(record, now_ms)
-    if record.status is TaskStatus.INPUT_REQUIRED:
-        wire["inputRequests"] = dict(record.input_requests)
-    elif record.status is TaskStatus.COMPLETED and record.result is not None:
-        wire["result"] = record.result
-    elif record.status is TaskStatus.FAILED and record.error is not None:
-        wire["error"] = record.error
-    return wire
+        members["status_message"] = record.status_message
+    return members
 
 
 _WITHHELD = "The outcome is withheld until it is retrieved"
 
 
-def status_only_wire(record: TaskRecord, now_ms: int | None = None) -> dict[str, Any]:
-    """``DetailedTask`` for a status-only read: a sensitive outcome not yet handed out is withheld
-    (whether the tool reported an error stays, since a status depends on it)."""
-    wire = detailed_task_wire(record, now_ms)
-    if record.sensitive and record.delivered_at_ms is None:
-        if "result" in wire:
-            wire["result"] = {"content": [], "isError": bool(wire["result"].get("isError"))}
-        if "error" in wire:
-            wire["error"] = {
-                "code": wire["error"].get("code"),
-                "message": "The outcome is withheld until it is retrieved",
-            }
+def _status_member(record: TaskRecord, status_only: bool) -> dict[str, Any]:
+    """The member of the record's status (``inputRequests``, ``result`` or ``error``). For a status-only
+    read, a sensitive outcome not yet handed out is withheld (whether the tool reported an error stays,
+    since a status depends on it)."""
+    withheld = status_only and record.sensitive and record.delivered_at_ms is None
+    if record.status is TaskStatus.INPUT_REQUIRED:
+        return {"input_requests": dict(record.input_requests)}
+    if record.status is TaskStatus.COMPLETED and record.result is not None:
+        if withheld:
+            return {"result": {"content": [], "isError": bool(record.result.get("isError"))}}
+        return {"result": record.result}
+    if record.status is TaskStatus.FAILED and record.error is not None:
+        if withheld:
+            return {"error": {"code": record.error.get("code"), "message": _WITHHELD}}
+        return {"error": record.error}
+    return {}
+
+
+def create_task_result(record: TaskRecord, now_ms: int | None = None) -> CreateTaskResult:
+    """``CreateTaskResult`` (``resultType: "task"``); ``now_ms`` dates the poll-interval suggestion."""
+    return CreateTaskResult(**_task_members(record, now_ms))
+
+
+def get_task_result(record: TaskRecord, now_ms: int | None = None, *, status_only: bool = False) -> GetTaskResult:
+    """The ``tasks/get`` result: the ``DetailedTask`` with its run attempts in ``_meta``; ``status_only``
+    withholds a sensitive outcome not handed out yet (see :func:`_status_member`)."""
+    return GetTaskResult(
+        **_task_members(record, now_ms), **_status_member(record, status_only), meta=attempts_meta(record)
+    )
+
+
+def task_wire(record: TaskRecord, now_ms: int | None = None) -> dict[str, Any]:
+    """The ``Task`` fields shared by ``CreateTaskResult``, ``tasks/get`` and ``notifications/tasks``, as
+    a JSON object; ``now_ms`` dates the poll-interval suggestion."""
+    wire: dict[str, Any] = msgspec.to_builtins(Task(**_task_members(record, now_ms)))
+    return wire
+
+
+def detailed_task_wire(record: TaskRecord, now_ms: int | None = None) -> dict[str, Any]:
+    """``DetailedTask`` as a JSON object: the status-specific member (inputRequests, result or error)
+    included."""
+    task = DetailedTask(**_task_members(record, now_ms), **_status_member(record, False))
+    wire: dict[str, Any] = msgspec.to_builtins(task)
     return wire
 
 

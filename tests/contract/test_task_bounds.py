@@ -49,8 +49,8 @@ class On:
 
     async def start(self, tool: str, arguments: dict[str, Any]) -> str:
         reply = await self.send("tools/call", {"name": tool, "arguments": arguments})
-        assert reply.message is not None and reply.message["result"]["resultType"] == "task", reply.message
-        task_id: str = reply.message["result"]["taskId"]
+        assert reply.message is not None and reply.wire["result"]["resultType"] == "task", reply.message
+        task_id: str = reply.wire["result"]["taskId"]
         return task_id
 
     async def record(self, task_id: str) -> TaskRecord:

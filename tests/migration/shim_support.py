@@ -34,7 +34,7 @@ from ext_tasks.protocol.errors import INTERNAL_ERROR
 from ext_tasks.protocol.resume import ResumeCodec
 from ext_tasks.protocol.states import TaskStatus
 from ext_tasks.protocol.tasks import TaskRecord
-from ext_tasks.replies import JsonReply, Reply, StreamItem, StreamReply
+from ext_tasks.replies import JsonReply, Reply, StreamItem, StreamReply, wire_of
 from ext_tasks.store.memory import MemoryTaskStore
 from ext_tasks.task_methods import TaskMethods
 from ext_tasks.worker import Worker
@@ -224,7 +224,7 @@ class Legacy:
         reply = await self.post({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": params}, {}, principal)
         assert isinstance(reply, JsonReply) and reply.status == 200, reply
         assert reply.message is not None and "result" in reply.message, reply.message
-        return LegacyClient(self, reply.headers["Mcp-Session-Id"], principal, reply.message["result"])
+        return LegacyClient(self, reply.headers["Mcp-Session-Id"], principal, reply.wire["result"])
 
     async def modern_reply(
         self,
@@ -316,7 +316,7 @@ class LegacyClient:
 def json_of(reply: Reply) -> tuple[int, dict[str, Any]]:
     """The HTTP status and the JSON-RPC message of a reply sent as JSON."""
     assert isinstance(reply, JsonReply) and reply.message is not None, reply
-    return reply.status, reply.message
+    return reply.status, reply.wire
 
 
 def stream_of(reply: Reply) -> AsyncIterator[StreamItem]:
@@ -330,10 +330,10 @@ async def next_item(items: AsyncIterator[StreamItem]) -> dict[str, Any]:
         while True:
             item = await anext(items)
             if item is not None:
-                return item
+                return wire_of(item)
 
 
 async def rest_of(items: AsyncIterator[StreamItem]) -> list[dict[str, Any]]:
     """Every remaining message of a stream, to its end."""
     with anyio.fail_after(WAIT_S):
-        return [item async for item in items if item is not None]
+        return [wire_of(item) async for item in items if item is not None]

@@ -239,7 +239,7 @@ async def result_of(engine: Engine, method: str, params: dict[str, Any] | None =
     assert reply.status == 200
     assert reply.message is not None
     assert "error" not in reply.message, reply.message
-    result: dict[str, Any] = reply.message["result"]
+    result: dict[str, Any] = reply.wire["result"]
     return result
 
 
@@ -294,7 +294,7 @@ async def call_tool(engine: Engine, name: str, arguments: dict[str, Any] | None 
 
 def result(reply: JsonReply) -> dict[str, Any]:
     assert reply.message is not None and "result" in reply.message, reply.message
-    found: dict[str, Any] = reply.message["result"]
+    found: dict[str, Any] = reply.wire["result"]
     return found
 
 

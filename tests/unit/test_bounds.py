@@ -147,7 +147,7 @@ async def initialize(shim: LegacyShim, capabilities: Any, principal: str = "alic
     body = encode({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": params})
     reply = await shim.post(body, {}, Caller(Principal(principal)))
     assert isinstance(reply, JsonReply) and reply.message is not None
-    return reply.status, {**reply.message, "headers": reply.headers}
+    return reply.status, {**reply.wire, "headers": reply.headers}
 
 
 async def test_a_session_keeps_only_the_capabilities_the_shim_uses() -> None:
@@ -233,7 +233,7 @@ async def test_listen_checks_every_id_in_one_store_call_and_refuses_too_many_or_
     engine = engine_over(store, clock)
     created = await send(engine, "tools/call", {"name": "job", "arguments": {}})
     assert isinstance(created, JsonReply) and created.message is not None
-    mine = created.message["result"]["taskId"]
+    mine = created.wire["result"]["taskId"]
     store.lookups = 0
     ids = [mine, *(f"unknown-{n}" for n in range(MAX_LISTEN_TASK_IDS - 1))]
     reply = await send(engine, "subscriptions/listen", {"notifications": {"taskIds": ids}})
@@ -266,7 +266,7 @@ async def test_a_result_larger_than_the_limit_ends_the_task_failed_with_a_clear_
     for size in (1_000, 4_000):
         created = await send(engine, "tools/call", {"name": "huge", "arguments": {"size": size}})
         assert isinstance(created, JsonReply) and created.message is not None
-        task_id = created.message["result"]["taskId"]
+        task_id = created.wire["result"]["taskId"]
         done = await worker.execute(task_id)
         assert done is not None
         outcomes[size] = done
@@ -286,7 +286,7 @@ async def test_stored_tasks_per_principal_are_capped_in_any_status() -> None:
     for _ in range(2):
         created = await send(engine, "tools/call", {"name": "job", "arguments": {}})
         assert isinstance(created, JsonReply) and created.message is not None
-        await worker.execute(created.message["result"]["taskId"])  # finished, and still kept
+        await worker.execute(created.wire["result"]["taskId"])  # finished, and still kept
     refused = await send(engine, "tools/call", {"name": "job", "arguments": {}})
     assert isinstance(refused, JsonReply) and refused.message is not None
     assert refused.status == 429 and refused.headers == {"Retry-After": "60"}

@@ -77,7 +77,7 @@ async def test_a_principal_past_its_active_task_cap_is_told_clearly_and_others_a
 async def test_a_single_use_state_cannot_be_replayed() -> None:
     engine, store = build(Clock())
     engine.core.claim_once = store.claim
-    first = (await call(engine, "tools/call", {"name": "ask", "arguments": {}})).message
+    first = (await call(engine, "tools/call", {"name": "ask", "arguments": {}})).wire
     assert first is not None
     state = first["result"]["requestState"]
     retry = {
@@ -86,9 +86,9 @@ async def test_a_single_use_state_cannot_be_replayed() -> None:
         "requestState": state,
         "inputResponses": {"w": {"action": "accept", "content": {"w": "hi"}}},
     }
-    done = (await call(engine, "tools/call", retry)).message
+    done = (await call(engine, "tools/call", retry)).wire
     assert done is not None and done["result"]["content"][0]["text"] == "hi"
-    replayed = (await call(engine, "tools/call", retry)).message
+    replayed = (await call(engine, "tools/call", retry)).wire
     assert replayed is not None
     assert replayed["error"] == {
         "code": INVALID_PARAMS,
@@ -100,7 +100,7 @@ async def test_a_single_use_state_cannot_be_replayed() -> None:
 
 async def test_without_single_use_a_state_may_be_retried() -> None:
     engine, _ = build(Clock())
-    first = (await call(engine, "tools/call", {"name": "ask", "arguments": {}})).message
+    first = (await call(engine, "tools/call", {"name": "ask", "arguments": {}})).wire
     assert first is not None
     retry = {
         "name": "ask",
@@ -109,14 +109,14 @@ async def test_without_single_use_a_state_may_be_retried() -> None:
         "inputResponses": {"w": {"action": "accept", "content": {"w": "hi"}}},
     }
     for _ in range(2):
-        again = (await call(engine, "tools/call", retry)).message
+        again = (await call(engine, "tools/call", retry)).wire
         assert again is not None and "result" in again
 
 
 async def test_polling_faster_than_half_the_interval_is_refused_when_limited() -> None:
     clock = Clock()
     engine, _ = build(clock, poll_rate_limit=True, poll_interval_ms=1_000, poll_interval_max_ms=1_000)
-    created = (await call(engine, "tools/call", {"name": "job", "arguments": {}})).message
+    created = (await call(engine, "tools/call", {"name": "job", "arguments": {}})).wire
     assert created is not None
     task_id = created["result"]["taskId"]
     assert (await call(engine, "tasks/get", {"taskId": task_id})).status == 200

@@ -183,7 +183,7 @@ async def test_plain_exception_in_a_tool_is_an_error_result_that_hides_the_excep
     found = result(reply)
     assert found["isError"] is True
     assert found["resultType"] == "complete"
-    assert "secret-path" not in json.dumps(reply.message)
+    assert "secret-path" not in json.dumps(reply.wire)
     assert "/srv/keys" not in text_of(found)
     assert any("crash" in record.getMessage() for record in caplog.records)
 

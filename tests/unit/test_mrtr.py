@@ -154,7 +154,7 @@ async def call(
 def result(reply: JsonReply) -> dict[str, Any]:
     assert reply.status == 200, reply
     assert reply.message is not None and "result" in reply.message, reply.message
-    found: dict[str, Any] = reply.message["result"]
+    found: dict[str, Any] = reply.wire["result"]
     return found
 
 

@@ -7,6 +7,7 @@ import base64
 import json
 from typing import Any
 
+import msgspec
 import pytest
 from pydantic import BaseModel, Field
 
@@ -22,6 +23,7 @@ from ext_tasks import (
     TextContent,
     ToolResult,
 )
+from ext_tasks.protocol.result_types import ToolCallResult
 from ext_tasks.results import prompt_result, resource_result, tool_error_result, tool_result
 
 
@@ -31,6 +33,13 @@ class Forecast(BaseModel):
 
 
 # --- tools ----------------------------------------------------------------------------------------------
+
+
+def fields(result: ToolCallResult) -> dict[str, Any]:
+    """The result's members as sent, but ``resultType``, which every tool result has (checked here)."""
+    wire: dict[str, Any] = msgspec.to_builtins(result)
+    assert wire.pop("resultType") == "complete"
+    return wire
 
 
 @pytest.mark.parametrize(
@@ -65,13 +74,13 @@ class Forecast(BaseModel):
     ids=["string", "none", "text-block", "image", "audio", "link", "embedded", "list", "tuple", "int"],
 )
 def test_a_tool_value_becomes_its_content(value: Any, content: list[dict[str, Any]]) -> None:
-    assert tool_result(value) == {"content": content, "isError": False}
+    assert fields(tool_result(value)) == {"content": content, "isError": False}
 
 
 def test_a_dict_is_structured_content_with_a_json_text_copy() -> None:
     value = {"city": "Lyon", "high": 21, "tags": ["sunny"]}
 
-    found = tool_result(value)
+    found = fields(tool_result(value))
 
     assert found["structuredContent"] == value
     assert found["isError"] is False
@@ -80,7 +89,7 @@ def test_a_dict_is_structured_content_with_a_json_text_copy() -> None:
 
 
 def test_a_pydantic_model_is_structured_content_under_its_aliases() -> None:
-    found = tool_result(Forecast(city="Lyon", highC=21))
+    found = fields(tool_result(Forecast(city="Lyon", highC=21)))
 
     assert found["structuredContent"] == {"city": "Lyon", "highC": 21}
     assert json.loads(found["content"][0]["text"]) == {"city": "Lyon", "highC": 21}
@@ -89,20 +98,21 @@ def test_a_pydantic_model_is_structured_content_under_its_aliases() -> None:
 def test_a_tool_result_sets_content_structured_content_and_the_error_flag_itself() -> None:
     value = ToolResult(content=["done", ImageContent(data="aW1n", mime_type="image/png")], structured={"n": 1})
 
-    assert tool_result(value) == {
+    assert fields(tool_result(value)) == {
         "content": [{"type": "text", "text": "done"}, {"type": "image", "data": "aW1n", "mimeType": "image/png"}],
         "structuredContent": {"n": 1},
         "isError": False,
     }
-    assert tool_result(ToolResult(content=["no"], is_error=True)) == {
+    assert fields(tool_result(ToolResult(content=["no"], is_error=True))) == {
         "content": [{"type": "text", "text": "no"}],
         "isError": True,
     }
-    assert tool_result(ToolResult()) == {"content": [], "isError": False}
+    assert fields(tool_result(ToolResult())) == {"content": [], "isError": False}
 
 
 def test_a_tool_error_is_an_error_result_with_its_text() -> None:
-    assert tool_error_result("disk full") == {"content": [{"type": "text", "text": "disk full"}], "isError": True}
+    expected = {"content": [{"type": "text", "text": "disk full"}], "isError": True}
+    assert fields(tool_error_result("disk full")) == expected
 
 
 # --- prompts --------------------------------------------------------------------------------------------

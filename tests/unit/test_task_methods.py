@@ -173,7 +173,7 @@ async def result_of(engine: Engine, method: str, params: dict[str, Any] | None =
     assert reply.message is not None
     assert "error" not in reply.message, reply.message
     assert reply.status == 200
-    result: dict[str, Any] = reply.message["result"]
+    result: dict[str, Any] = reply.wire["result"]
     return result
 
 
@@ -560,7 +560,7 @@ async def test_a_missing_mcp_name_is_served_and_counted(engine: Engine, store: M
     before = REGISTRY.get_sample_value("ext_tasks_header_tolerated_total", {"header": "Mcp-Name"}) or 0.0
     reply = await send_without_mcp_name(engine, method, task_params(method, task_id))
     assert reply.status == 200, reply.message
-    assert reply.message is not None and reply.message["result"]["resultType"] == "complete"
+    assert reply.message is not None and reply.wire["result"]["resultType"] == "complete"
     after = REGISTRY.get_sample_value("ext_tasks_header_tolerated_total", {"header": "Mcp-Name"})
     assert after == before + 1
     expected = {"tasks/get": "input_required", "tasks/update": "input_required", "tasks/cancel": "cancelled"}

@@ -153,7 +153,7 @@ async def call(
 
 def result(reply: JsonReply) -> dict[str, Any]:
     assert reply.message is not None and "result" in reply.message, reply.message
-    value: dict[str, Any] = reply.message["result"]
+    value: dict[str, Any] = reply.wire["result"]
     return value
 
 

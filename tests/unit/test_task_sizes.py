@@ -130,8 +130,8 @@ async def test_arguments_at_the_limit_are_kept_and_one_byte_more_is_refused_befo
 ) -> None:
     served = Served(max_task_argument_bytes=1024)
     kept = await served.start(tool, blob_of(1024))
-    assert kept.message is not None and kept.message["result"]["resultType"] == "task"
-    record = await served.record(kept.message["result"]["taskId"])
+    assert kept.message is not None and kept.wire["result"]["resultType"] == "task"
+    record = await served.record(kept.wire["result"]["taskId"])
     assert record.arguments == blob_of(1024)
 
     refused = await served.start(tool, blob_of(1025))
@@ -143,7 +143,7 @@ async def test_arguments_at_the_limit_are_kept_and_one_byte_more_is_refused_befo
 async def test_an_inline_call_keeps_nothing_so_its_arguments_are_not_bounded_by_the_task_limit() -> None:
     served = Served(max_task_argument_bytes=1024)
     inline = await served.start("keep", blob_of(4096), capabilities={"elicitation": {}})
-    assert inline.message is not None and inline.message["result"]["content"][0]["text"] == "kept 4085"
+    assert inline.message is not None and inline.wire["result"]["content"][0]["text"] == "kept 4085"
     assert served.store.sizes()["records"] == 0
 
 
@@ -167,7 +167,7 @@ async def test_the_answers_a_task_keeps_after_a_merge_are_bounded_at_the_edge() 
     served = Served(max_answer_bytes=1024)
     created = await served.start("interview", {})
     assert created.message is not None
-    task_id = created.message["result"]["taskId"]
+    task_id = created.wire["result"]["taskId"]
     await served.worker.execute(task_id)
     assert (await served.record(task_id)).status is TaskStatus.INPUT_REQUIRED
 
@@ -180,7 +180,7 @@ async def test_the_answers_a_task_keeps_after_a_merge_are_bounded_at_the_edge() 
     assert set((await served.record(task_id)).input_requests) == {"b"}  # nothing merged
 
     exact = await served.send("tasks/update", {"taskId": task_id, "inputResponses": {"b": answer(1024 - base)}})
-    assert exact.message is not None and exact.message["result"]["resultType"] == "complete"
+    assert exact.message is not None and exact.wire["result"]["resultType"] == "complete"
     kept = await served.record(task_id)
     assert kept.status is TaskStatus.WORKING and encoded_size(kept.answers) == 1024
 
@@ -189,7 +189,7 @@ async def test_answers_past_the_principals_byte_budget_are_refused_with_429() ->
     served = Served(max_stored_bytes=8 * 1024, max_answer_bytes=64 * 1024)
     created = await served.start("interview", {})
     assert created.message is not None
-    task_id = created.message["result"]["taskId"]
+    task_id = created.wire["result"]["taskId"]
     await served.worker.execute(task_id)
     refused = await served.send("tasks/update", {"taskId": task_id, "inputResponses": {"a": answer(9 * 1024)}})
     assert refused.status == 429 and refused.headers == {"Retry-After": "60"}
@@ -227,7 +227,7 @@ async def test_a_status_message_is_cut_to_1024_characters_with_an_ellipsis() -> 
     for size in (MAX_STATUS_CHARS, 10 * MIB):
         created = await served.start("chatty", {"size": size})
         assert created.message is not None
-        task_id = created.message["result"]["taskId"]
+        task_id = created.wire["result"]["taskId"]
         done = await served.worker.execute(task_id)
         assert done is not None and done.status is TaskStatus.COMPLETED
         seen[size] = (await served.record(task_id)).status_message
@@ -239,7 +239,7 @@ async def test_a_failed_tasks_status_message_and_error_are_cut_too() -> None:
     served = Served()
     created = await served.start("breaks", {"size": 5 * MIB})
     assert created.message is not None
-    done = await served.worker.execute(created.message["result"]["taskId"])
+    done = await served.worker.execute(created.wire["result"]["taskId"])
     assert done is not None and done.status is TaskStatus.FAILED
     assert done.status_message is not None and len(done.status_message) == MAX_STATUS_CHARS
     assert done.status_message.startswith("Task failed: eee") and done.status_message.endswith("…")
@@ -263,7 +263,7 @@ async def test_a_task_keeps_only_the_capabilities_its_tool_can_use() -> None:
     }
     created = await served.start("checks", {}, capabilities=declared)
     assert created.message is not None
-    task_id = created.message["result"]["taskId"]
+    task_id = created.wire["result"]["taskId"]
     kept = (await served.record(task_id)).client_capabilities
     assert kept == {name: value for name, value in declared.items() if name != "somethingElse"}
     done = await served.worker.execute(task_id)

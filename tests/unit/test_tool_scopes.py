@@ -86,7 +86,7 @@ async def send(engine: Engine, method: str, params: dict[str, Any], principal: P
 async def listed(engine: Engine, principal: Principal) -> list[str]:
     reply = await send(engine, "tools/list", {}, principal)
     assert reply.message is not None
-    return [tool["name"] for tool in reply.message["result"]["tools"]]
+    return [tool["name"] for tool in reply.wire["result"]["tools"]]
 
 
 async def test_tools_list_shows_a_caller_only_the_tools_its_scopes_allow(engine: Engine) -> None:
@@ -109,10 +109,10 @@ async def test_a_task_runs_with_the_principal_that_created_it(
 ) -> None:
     reply = await send(engine, "tools/call", {"name": "deploy", "arguments": {"service": "api"}}, DEPLOYER)
     assert reply.message is not None
-    assert reply.message["result"]["resultType"] == "task"
+    assert reply.wire["result"]["resultType"] == "task"
     worker = Worker(store, registry)  # another process's worker: it knows the task only from the store
     with anyio.fail_after(5):
-        done = await worker.execute(reply.message["result"]["taskId"])
+        done = await worker.execute(reply.wire["result"]["taskId"])
     assert done is not None
     assert done.result is not None
     assert seen == [DEPLOYER]

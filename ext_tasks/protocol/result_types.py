@@ -1,0 +1,90 @@
+"""The results this server sends, as msgspec Structs: built once by the handler that knows them, encoded
+as they are.
+
+Two members are attached at encode, not by the handlers: ``resultType`` is each class's msgspec *tag*
+(written by the encoder, and by ``msgspec.to_builtins`` for readers in process), and ``_meta`` is
+:attr:`meta`, which the engine fills once, where it wraps the result into its JSON-RPC response (the
+server's identity next to any ``_meta`` of the result's own). Optional members are :data:`UNSET` and
+left out of the JSON (``omit_defaults``), as the spec's optional fields are; a member that is required
+on the wire has no default, so it is always written (``ttlMs`` even when it is ``null``).
+
+A task has one shape here, :class:`Task`, with :class:`DetailedTask` adding the member of its status
+(``inputRequests``, ``result`` or ``error``); the results that carry a task (``CreateTaskResult``, the
+``tasks/get`` result) are those two with a ``resultType``, and ``notifications/tasks`` and the legacy
+shim map from the same Structs.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeAlias
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+__all__ = [
+    "UNSET",
+    "AnyResult",
+    "CreateTaskResult",
+    "DetailedTask",
+    "GetTaskResult",
+    "InputRequiredResult",
+    "Task",
+    "ToolCallResult",
+    "TypedResult",
+]
+
+Meta = dict[str, Any]
+
+
+class _Result(msgspec.Struct, omit_defaults=True, kw_only=True, rename="camel", tag_field="resultType"):
+    #: ``_meta``: the engine's to fill, at encode (see the module docstring).
+    meta: Meta | UnsetType = msgspec.field(default=UNSET, name="_meta")
+
+
+class ToolCallResult(_Result, tag="complete"):
+    """``CallToolResult``: what a tool's function came to (``isError`` for a tool's own failure)."""
+
+    content: list[dict[str, Any]]
+    is_error: bool
+    structured_content: Any | UnsetType = UNSET
+
+
+class InputRequiredResult(_Result, tag="input_required"):
+    """SEP-2322: the questions of this round (none: a state-only round) and the state to echo."""
+
+    request_state: str
+    input_requests: dict[str, dict[str, Any]] | UnsetType = UNSET
+
+
+class Task(msgspec.Struct, omit_defaults=True, kw_only=True, rename="camel"):
+    """``Task``: the fields ``CreateTaskResult``, ``tasks/get`` and ``notifications/tasks`` share."""
+
+    task_id: str
+    status: str
+    created_at: str
+    last_updated_at: str
+    ttl_ms: int | None
+    poll_interval_ms: int
+    status_message: str | UnsetType = UNSET
+
+
+class DetailedTask(Task):
+    """``DetailedTask``: a task with the member of its status."""
+
+    input_requests: dict[str, dict[str, Any]] | UnsetType = UNSET
+    result: dict[str, Any] | UnsetType = UNSET
+    error: dict[str, Any] | UnsetType = UNSET
+
+
+class CreateTaskResult(Task, tag_field="resultType", tag="task"):
+    meta: Meta | UnsetType = msgspec.field(default=UNSET, name="_meta")
+
+
+class GetTaskResult(DetailedTask, tag_field="resultType", tag="complete"):
+    meta: Meta | UnsetType = msgspec.field(default=UNSET, name="_meta")
+
+
+#: Every typed result: each has ``meta`` for the engine to fill.
+TypedResult: TypeAlias = ToolCallResult | InputRequiredResult | CreateTaskResult | GetTaskResult
+#: What a handler answers: a typed result, or (methods not typed yet) the result object as a dict.
+AnyResult: TypeAlias = dict[str, Any] | TypedResult
