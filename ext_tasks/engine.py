@@ -44,7 +44,7 @@ from .protocol.jsonrpc import (
     result_message,
 )
 from .protocol.requests import PARSERS, Call, ToolCall, loose_target, parse_tool_call
-from .protocol.result_types import AnyResult
+from .protocol.result_types import TypedResult
 from .protocol.resume import ResumeCodec
 from .protocol.versions import META_SERVER_INFO
 from .replies import NOT_ALLOWED, JsonReply, Message, Reply, StreamItem, StreamReply
@@ -54,7 +54,7 @@ from .waits import WaitLimit
 
 logger = logging.getLogger("ext_tasks.engine")
 
-Handler = Callable[[Call[Any], Principal, Emit], Awaitable[AnyResult]]
+Handler = Callable[[Call[Any], Principal, Emit], Awaitable[TypedResult]]
 #: The request's checked envelope, given the parsed call and its tool's ``Mcp-Param-*`` (``tools/call``).
 EnvelopeOf = Callable[[Target | None, Mapping[str, str] | None], Envelope]
 
@@ -157,8 +157,8 @@ class Engine:
     async def _observed(self, request: Request, envelope: EnvelopeOf, principal: Principal, own_wait: bool) -> Reply:
         started = time.perf_counter()
         reply = await self._dispatch(request, envelope, principal, own_wait)
-        error = reply.message.get("error") if isinstance(reply, JsonReply) and reply.message else None
-        outcome = "ok" if error is None else str(error.get("code"))
+        code = reply.error_code if isinstance(reply, JsonReply) else None
+        outcome = "ok" if code is None else str(code)
         observe_request(method_label(request.method), outcome, time.perf_counter() - started)
         return reply
 
@@ -209,18 +209,14 @@ class Engine:
         call: Call[ToolCall] = Call(request.id, "tools/call", params, envelope)
         return await self._run(call, lambda emit: self.core.call_tool(call, tool, principal, emit))
 
-    async def _run(self, call: Call[Any], run: Callable[[Emit], Awaitable[AnyResult]]) -> Reply:
+    async def _run(self, call: Call[Any], run: Callable[[Emit], Awaitable[TypedResult]]) -> Reply:
         if call.method in STREAMABLE and call.envelope.wants_stream():
             return await self._maybe_stream(call, run)
         return JsonReply(200, self._result(call.id, await run(_drop)))
 
-    def _result(self, request_id: RequestId, result: AnyResult) -> Message:
+    def _result(self, request_id: RequestId, result: TypedResult) -> Message:
         """The response carrying ``result``, which gets the server's identity in ``_meta`` (next to any
-        ``_meta`` of its own) here, once: a typed result is sent as built, ``resultType`` its tag."""
-        if isinstance(result, dict):  # a method not typed yet
-            meta = result.get("_meta")
-            server_meta = {**meta, META_SERVER_INFO: self._server_info} if meta else {**self._server_meta}
-            return result_message(request_id, {**result, "_meta": server_meta})
+        ``_meta`` of its own) here, once: the result is sent as built, ``resultType`` its tag."""
         own = result.meta
         result.meta = {**own, META_SERVER_INFO: self._server_info} if own else self._server_meta
         return result_message(request_id, result)
@@ -231,7 +227,7 @@ class Engine:
 
     # --- requests that may stream notifications ---------------------------------------------------
 
-    async def _maybe_stream(self, call: Call[Any], run: Callable[[Emit], Awaitable[AnyResult]]) -> Reply:
+    async def _maybe_stream(self, call: Call[Any], run: Callable[[Emit], Awaitable[TypedResult]]) -> Reply:
         outbox = Outbox()
 
         async def emit(method: str, params: dict[str, Any]) -> None:

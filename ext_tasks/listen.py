@@ -19,6 +19,7 @@ from .auth import Principal
 from .notify import ChangeEvent, ChangeHub, task_notification
 from .pacing import Pacing, listen_cost
 from .protocol.jsonrpc import RequestId, notification_message
+from .protocol.result_types import Complete
 from .protocol.versions import META_SUBSCRIPTION_ID
 from .protocol.wire import ListenParams
 from .replies import Message, StreamItem, StreamReply, chained
@@ -40,7 +41,7 @@ class Subscriptions:
         waits: WaitLimit,
         tasks: TaskMethods | None,
         keepalive_s: float,
-        final: Callable[[RequestId, dict[str, Any]], Message],
+        final: Callable[[RequestId, Complete], Message],
         *,
         pacing: Pacing | None = None,
     ) -> None:
@@ -96,7 +97,7 @@ class Subscriptions:
                         yield None
                         continue
                     if ChangeHub.is_closing(event):
-                        yield self._final(subscription_id, {"resultType": "complete", "_meta": dict(meta)})
+                        yield self._final(subscription_id, Complete(meta=dict(meta)))
                         return
                     notification = _notification(event, honored, watched, principal)
                     if notification is not None:

@@ -1,8 +1,9 @@
 """Handlers of the 2026-07-28 core methods, on typed requests (``protocol.requests``).
 
 Each takes the checked :class:`~.protocol.requests.Call`, the caller and where its notifications go,
-and returns the result object; failures are raised (the engine maps them, once). ``tools/call`` is
-handed the tool the engine already looked up for its ``Mcp-Param-*`` headers.
+and returns its typed result (``protocol.result_types``), built once: the engine adds ``_meta`` and the
+encoder ``resultType``. Failures are raised (the engine maps them, once). ``tools/call`` is handed the
+call and the tool the engine already parsed and looked up for the envelope check.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from .context import Context, Emit, InputRequired
 from .invoke import invoke_tool
 from .mrtr import ClaimOnce, StartTaskHook, binding_for, run_round
 from .protocol.errors import InternalError, InvalidParams, ProtocolError, ResourceNotFound
-from .protocol.jsonrpc import Result
 from .protocol.requests import (
     Call,
     Listing,
@@ -29,12 +29,22 @@ from .protocol.requests import (
     declares_tasks,
     require_tasks_extension,
 )
-from .protocol.result_types import AnyResult
+from .protocol.result_types import (
+    CompleteResult,
+    DiscoverResult,
+    GetPromptResult,
+    ListPromptsResult,
+    ListResourcesResult,
+    ListResourceTemplatesResult,
+    ListToolsResult,
+    ReadResourceResult,
+    TypedResult,
+)
 from .protocol.resume import ResumeCodec
 from .protocol.tasks import EXTENSION_ID
 from .protocol.versions import MODERN_VERSIONS
 from .protocol.wire import CompleteParams
-from .results import prompt_result, resource_result
+from .results import prompt_result, resource_contents
 from .task_methods import META_TASK_POLICY, TaskMethods
 from .tools import Tool, ToolRegistry
 
@@ -76,42 +86,49 @@ class CoreMethods:
             capabilities["extensions"] = {EXTENSION_ID: {}}
         return capabilities
 
-    def _cacheable(self, result: Result, ttl_ms: int | None = None) -> Result:
-        ttl = self.cache.ttl_ms if ttl_ms is None else ttl_ms
-        return {**result, "resultType": "complete", "ttlMs": ttl, "cacheScope": self.cache.scope}
-
     # --- discovery and lists ----------------------------------------------------------------------
 
-    async def discover(self, call: Call[NoParams], principal: Principal, emit: Emit) -> Result:
-        result: Result = {"supportedVersions": list(MODERN_VERSIONS), "capabilities": self.capabilities()}
+    async def discover(self, call: Call[NoParams], principal: Principal, emit: Emit) -> DiscoverResult:
+        cache = self.cache
+        result = DiscoverResult(
+            supported_versions=list(MODERN_VERSIONS),
+            capabilities=self.capabilities(),
+            ttl_ms=cache.ttl_ms,
+            cache_scope=cache.scope,
+        )
         if self.registry.instructions:
-            result["instructions"] = self.registry.instructions
+            result.instructions = self.registry.instructions
         if self.tasks is not None:
-            result["_meta"] = {META_TASK_POLICY: self.tasks.options.published()}
-        return self._cacheable(result)
+            result.meta = {META_TASK_POLICY: self.tasks.options.published()}
+        return result
 
-    async def list_tools(self, call: Call[Listing], principal: Principal, emit: Emit) -> Result:
+    async def list_tools(self, call: Call[Listing], principal: Principal, emit: Emit) -> ListToolsResult:
         _no_cursor(call.params)
         # A caller sees only the tools its token's scopes let it call (all of them without OAuth).
         tools = [tool.describe() for tool in self.registry.tools.values() if not principal.lacks(tool.scopes)]
-        return self._cacheable({"tools": tools})
+        return ListToolsResult(tools=tools, ttl_ms=self.cache.ttl_ms, cache_scope=self.cache.scope)
 
-    async def list_prompts(self, call: Call[Listing], principal: Principal, emit: Emit) -> Result:
+    async def list_prompts(self, call: Call[Listing], principal: Principal, emit: Emit) -> ListPromptsResult:
         _no_cursor(call.params)
-        return self._cacheable({"prompts": [prompt.describe() for prompt in self.registry.prompts.values()]})
+        prompts = [prompt.describe() for prompt in self.registry.prompts.values()]
+        return ListPromptsResult(prompts=prompts, ttl_ms=self.cache.ttl_ms, cache_scope=self.cache.scope)
 
-    async def list_resources(self, call: Call[Listing], principal: Principal, emit: Emit) -> Result:
+    async def list_resources(self, call: Call[Listing], principal: Principal, emit: Emit) -> ListResourcesResult:
         _no_cursor(call.params)
-        return self._cacheable({"resources": [item.describe() for item in self.registry.resources.values()]})
+        resources = [item.describe() for item in self.registry.resources.values()]
+        return ListResourcesResult(resources=resources, ttl_ms=self.cache.ttl_ms, cache_scope=self.cache.scope)
 
-    async def list_resource_templates(self, call: Call[Listing], principal: Principal, emit: Emit) -> Result:
+    async def list_resource_templates(
+        self, call: Call[Listing], principal: Principal, emit: Emit
+    ) -> ListResourceTemplatesResult:
         _no_cursor(call.params)
         templates = [item.describe() for item in self.registry.templates.values()]
-        return self._cacheable({"resourceTemplates": templates})
+        cache = self.cache
+        return ListResourceTemplatesResult(resource_templates=templates, ttl_ms=cache.ttl_ms, cache_scope=cache.scope)
 
     # --- the three methods that may ask for input --------------------------------------------------
 
-    async def call_tool(self, call: Call[ToolCall], tool: Tool | None, principal: Principal, emit: Emit) -> AnyResult:
+    async def call_tool(self, call: Call[ToolCall], tool: Tool | None, principal: Principal, emit: Emit) -> TypedResult:
         params = call.params
         if tool is None:
             raise InvalidParams(f"Unknown tool: {params.name}")
@@ -129,43 +146,43 @@ class CoreMethods:
             tool.check_arguments(arguments)  # invalid arguments answer -32602 now, not as a failed task
             return await self.tasks.create(tool, arguments, call.envelope, principal)
 
-        def body(ctx: Context) -> Awaitable[AnyResult]:
+        def body(ctx: Context) -> Awaitable[TypedResult]:
             return invoke_tool(tool, arguments, ctx)
 
-        async def start_task(answers: dict[str, Any], state: Any) -> AnyResult:
+        async def start_task(answers: dict[str, Any], state: Any) -> TypedResult:
             assert self.tasks is not None
             return await self.tasks.create(tool, arguments, call.envelope, principal, answers=answers, state=state)
 
         hook = start_task if as_task else None
         return await self._round(call, "tools/call", params.name, arguments, params.round, principal, emit, body, hook)
 
-    async def get_prompt(self, call: Call[PromptGet], principal: Principal, emit: Emit) -> AnyResult:
+    async def get_prompt(self, call: Call[PromptGet], principal: Principal, emit: Emit) -> TypedResult:
         params = call.params
         prompt = self.registry.prompts.get(params.name)
         if prompt is None:
             raise InvalidParams(f"Unknown prompt: {params.name}")
 
-        async def body(ctx: Context) -> Result:
+        async def body(ctx: Context) -> GetPromptResult:
             kwargs = prompt.signature.bind(params.arguments, ctx)
             value = await _call_or_internal(prompt.fn(**kwargs), f"prompt {prompt.name}")
-            result = prompt_result(value, prompt.description)
-            result["resultType"] = "complete"
-            return result
+            return prompt_result(value, prompt.description)
 
         return await self._round(
             call, "prompts/get", params.name, params.arguments, params.round, principal, emit, body
         )
 
-    async def read_resource(self, call: Call[ResourceRead], principal: Principal, emit: Emit) -> AnyResult:
+    async def read_resource(self, call: Call[ResourceRead], principal: Principal, emit: Emit) -> TypedResult:
         uri = call.params.uri
         found = self.registry.find_resource(uri)
         if found is None:
             raise ResourceNotFound(uri)
         resource, variables = found
 
-        async def body(ctx: Context) -> Result:
+        async def body(ctx: Context) -> ReadResourceResult:
             value = await _call_or_internal(resource.fn(**resource.signature.bind(variables, ctx)), f"resource {uri}")
-            return self._cacheable(resource_result(uri, resource.mime_type, value), ttl_ms=0)
+            # A resource's contents may change at any time: a client may not cache them.
+            contents = resource_contents(uri, resource.mime_type, value)
+            return ReadResourceResult(contents=contents, ttl_ms=0, cache_scope=self.cache.scope)
 
         return await self._round(call, "resources/read", uri, {}, call.params.round, principal, emit, body)
 
@@ -178,9 +195,9 @@ class CoreMethods:
         round: Round,
         principal: Principal,
         emit: Emit,
-        body: Callable[[Context], Awaitable[AnyResult]],
+        body: Callable[[Context], Awaitable[TypedResult]],
         start_task: StartTaskHook | None = None,
-    ) -> Awaitable[AnyResult]:
+    ) -> Awaitable[TypedResult]:
         # run_round's coroutine itself (no pass-through coroutine around it): the hot path.
         return run_round(
             self.codec,
@@ -196,7 +213,7 @@ class CoreMethods:
 
     # --- completion -------------------------------------------------------------------------------
 
-    async def complete(self, call: Call[CompleteParams], principal: Principal, emit: Emit) -> Result:
+    async def complete(self, call: Call[CompleteParams], principal: Principal, emit: Emit) -> CompleteResult:
         params = call.params
         ref = params.ref.name if params.ref.type == "ref/prompt" else params.ref.uri
         if ref is None:
@@ -209,10 +226,7 @@ class CoreMethods:
             context_arguments = (params.context.arguments if params.context else None) or {}
             values = await completer(params.argument.name, params.argument.value, context_arguments)
         # The spec caps one response at 100 values; `hasMore` says there were more.
-        return {
-            "resultType": "complete",
-            "completion": {"values": values[:100], "total": len(values), "hasMore": len(values) > 100},
-        }
+        return CompleteResult(completion={"values": values[:100], "total": len(values), "hasMore": len(values) > 100})
 
 
 async def _call_or_internal(awaitable: Awaitable[Any], what: str) -> Any:

@@ -29,12 +29,12 @@ from .metrics import STATE_REJECTIONS
 from .protocol.envelope import Envelope
 from .protocol.errors import InvalidParams, InvalidRequestState, MissingClientCapability, RequestStateTooLarge
 from .protocol.requests import Round
-from .protocol.result_types import AnyResult, InputRequiredResult
+from .protocol.result_types import InputRequiredResult, TypedResult
 from .protocol.resume import Binding, ResumeCodec, digest_arguments
 
 logger = logging.getLogger("ext_tasks.mrtr")
 
-Outcome = AnyResult
+Outcome = TypedResult
 StartTaskHook = Callable[[dict[str, Any], Any], Awaitable[Outcome]]
 #: ``claim(key, ttl_ms) -> bool`` of a shared store: ``True`` only the first time a key is claimed.
 ClaimOnce = Callable[[str, int], Awaitable[bool]]

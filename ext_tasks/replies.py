@@ -29,6 +29,9 @@ class JsonReply(msgspec.Struct, frozen=True):
     headers: Mapping[str, str] = msgspec.field(default_factory=dict)
     #: Seconds the HTTP edge waits before sending it (a pacing refusal: see ``ext_tasks.pacing``).
     hold_s: float = 0.0
+    #: The JSON-RPC error code of an error reply (``None``: not one), for the request metric: the
+    #: outcome as the reply was made, not read back out of its message.
+    error_code: int | None = None
 
     @property
     def wire(self) -> Message:
@@ -41,7 +44,7 @@ class JsonReply(msgspec.Struct, frozen=True):
         """The reply for a failure: its HTTP status (unless ``status`` says otherwise), its extra headers
         (``Retry-After``, ``WWW-Authenticate``), its JSON-RPC error, and how long to hold it."""
         message = error_message(request_id, error)
-        return cls(status or error.http_status, message, error.http_headers(), error.hold_s)
+        return cls(status or error.http_status, message, error.http_headers(), error.hold_s, error.code)
 
 
 def wire_of(message: Message) -> Message:

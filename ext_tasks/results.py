@@ -15,7 +15,7 @@ from typing import Any, Final
 import msgspec
 from pydantic import BaseModel
 
-from .protocol.result_types import ToolCallResult
+from .protocol.result_types import GetPromptResult, ToolCallResult
 from .protocol.wire import ContentBlock, PromptMessage, ResourceContents, TextContent, WireModel
 
 
@@ -73,7 +73,7 @@ def tool_error_result(message: str) -> ToolCallResult:
     return ToolCallResult(content=[{"type": "text", "text": message}], is_error=True)
 
 
-def prompt_result(value: Any, description: str) -> dict[str, Any]:
+def prompt_result(value: Any, description: str) -> GetPromptResult:
     if isinstance(value, PromptResult):
         messages, description = value.messages, value.description or description
     elif isinstance(value, str | PromptMessage):
@@ -86,19 +86,17 @@ def prompt_result(value: Any, description: str) -> dict[str, Any]:
         else item.to_wire()
         for item in messages
     ]
-    result: dict[str, Any] = {"messages": wire}
-    if description:
-        result["description"] = description
-    return result
+    return GetPromptResult(messages=wire, description=description) if description else GetPromptResult(messages=wire)
 
 
-def resource_result(uri: str, mime_type: str | None, value: Any) -> dict[str, Any]:
+def resource_contents(uri: str, mime_type: str | None, value: Any) -> list[dict[str, Any]]:
+    """The ``contents`` of a ``resources/read`` result (the handler adds how long they may be cached)."""
     if isinstance(value, ResourceResult):
-        return {"contents": [item.to_wire() for item in value.contents]}
+        return [item.to_wire() for item in value.contents]
     if isinstance(value, ResourceContents):
-        return {"contents": [value.to_wire()]}
+        return [value.to_wire()]
     if isinstance(value, bytes):
         contents = ResourceContents(uri=uri, mime_type=mime_type, blob=base64.b64encode(value).decode("ascii"))
     else:
         contents = ResourceContents(uri=uri, mime_type=mime_type or "text/plain", text=str(value))
-    return {"contents": [contents.to_wire()]}
+    return [contents.to_wire()]

@@ -33,9 +33,8 @@ from .lifecycle import principal_tag, task_event
 from .options import TaskOptions
 from .protocol.envelope import Envelope
 from .protocol.errors import Busy, InvalidParams, LimitExceeded, ParamsTooLarge
-from .protocol.jsonrpc import Result
 from .protocol.requests import Call, TaskRef, TaskUpdate
-from .protocol.result_types import CreateTaskResult, GetTaskResult
+from .protocol.result_types import Complete, CreateTaskResult, GetTaskResult
 from .protocol.resume import digest_arguments
 from .protocol.states import TaskEvent, TaskStatus
 from .protocol.tasks import (
@@ -69,7 +68,6 @@ from .tools import Tool
 
 logger = logging.getLogger("ext_tasks.lifecycle")
 
-_ACK: Final[Result] = {"resultType": "complete"}
 #: How long tasks/update and tasks/cancel keep retrying a compare-and-set that others keep winning.
 COMMIT_BUDGET_S: Final = 5.0
 
@@ -267,20 +265,20 @@ class TaskMethods:
                 record = await self._find(call.params.task_id, principal)
         return get_task_result(record, now)
 
-    async def update(self, call: Call[TaskUpdate], principal: Principal, emit: Emit) -> Result:
+    async def update(self, call: Call[TaskUpdate], principal: Principal, emit: Emit) -> Complete:
         responses = call.params.answers
         first = await self._find(call.params.task_id, principal)
         async for record in self._attempts(first, principal, "update"):
             now = self._clock_ms()
             merged = answers_merged(record, responses, now)
             if merged is None:
-                return dict(_ACK)  # nothing outstanding was answered: ignored, as the spec asks
+                return Complete()  # nothing outstanding was answered: ignored, as the spec asks
             await self._charge_answers(merged, now)
             resumed = merged.status is TaskStatus.WORKING
             event = TaskEvent.INPUT_PROVIDED if resumed else TaskEvent.ANSWERED
             if await self.store.commit(record, merged, enqueue=resumed):
                 task_event(record.status, event, merged, keys=len(responses))
-                return dict(_ACK)
+                return Complete()
         raise AssertionError("unreachable: _attempts raises when it gives up")
 
     async def _charge_answers(self, merged: TaskRecord, now_ms: int) -> None:
@@ -295,15 +293,15 @@ class TaskMethods:
             except OverCap as over:
                 raise refusal(over, options) from None
 
-    async def cancel(self, call: Call[TaskRef], principal: Principal, emit: Emit) -> Result:
+    async def cancel(self, call: Call[TaskRef], principal: Principal, emit: Emit) -> Complete:
         first = await self._find(call.params.task_id, principal)
         async for record in self._attempts(first, principal, "cancel"):
             if record.terminal:
-                return dict(_ACK)  # cancelling a finished task is acknowledged, idempotently
+                return Complete()  # cancelling a finished task is acknowledged, idempotently
             gone = cancelled(record, self._clock_ms())
             if await self.store.commit(record, gone):
                 task_event(record.status, TaskEvent.CANCEL_REQUESTED, gone)
-                return dict(_ACK)
+                return Complete()
         raise AssertionError("unreachable: _attempts raises when it gives up")
 
     async def _attempts(self, record: TaskRecord, principal: Principal, verb: str) -> AsyncIterator[TaskRecord]:

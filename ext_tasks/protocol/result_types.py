@@ -23,11 +23,19 @@ from msgspec import UNSET, UnsetType
 
 __all__ = [
     "UNSET",
-    "AnyResult",
+    "Complete",
+    "CompleteResult",
     "CreateTaskResult",
     "DetailedTask",
+    "DiscoverResult",
+    "GetPromptResult",
     "GetTaskResult",
     "InputRequiredResult",
+    "ListPromptsResult",
+    "ListResourceTemplatesResult",
+    "ListResourcesResult",
+    "ListToolsResult",
+    "ReadResourceResult",
     "Task",
     "ToolCallResult",
     "TypedResult",
@@ -41,7 +49,56 @@ class _Result(msgspec.Struct, omit_defaults=True, kw_only=True, rename="camel", 
     meta: Meta | UnsetType = msgspec.field(default=UNSET, name="_meta")
 
 
-class ToolCallResult(_Result, tag="complete"):
+class Complete(_Result, tag="complete"):
+    """A ``complete`` result with nothing more to say (``tasks/update`` and ``tasks/cancel`` acknowledge
+    with it), and the base of every other ``complete`` result."""
+
+
+class _Cacheable(Complete):
+    """A result a client may keep for ``ttlMs``, shared as ``cacheScope`` says."""
+
+    ttl_ms: int
+    cache_scope: str
+
+
+class DiscoverResult(_Cacheable):
+    supported_versions: list[str]
+    capabilities: dict[str, Any]
+    instructions: str | UnsetType = UNSET
+
+
+class ListToolsResult(_Cacheable):
+    tools: list[dict[str, Any]]
+
+
+class ListPromptsResult(_Cacheable):
+    prompts: list[dict[str, Any]]
+
+
+class ListResourcesResult(_Cacheable):
+    resources: list[dict[str, Any]]
+
+
+class ListResourceTemplatesResult(_Cacheable):
+    resource_templates: list[dict[str, Any]]
+
+
+class ReadResourceResult(_Cacheable):
+    contents: list[dict[str, Any]]
+
+
+class GetPromptResult(Complete):
+    messages: list[dict[str, Any]]
+    description: str | UnsetType = UNSET
+
+
+class CompleteResult(Complete):
+    """``completion/complete``'s result (``completion``: values, total, hasMore)."""
+
+    completion: dict[str, Any]
+
+
+class ToolCallResult(Complete):
     """``CallToolResult``: what a tool's function came to (``isError`` for a tool's own failure)."""
 
     content: list[dict[str, Any]]
@@ -85,6 +142,4 @@ class GetTaskResult(DetailedTask, tag_field="resultType", tag="complete"):
 
 
 #: Every typed result: each has ``meta`` for the engine to fill.
-TypedResult: TypeAlias = ToolCallResult | InputRequiredResult | CreateTaskResult | GetTaskResult
-#: What a handler answers: a typed result, or (methods not typed yet) the result object as a dict.
-AnyResult: TypeAlias = dict[str, Any] | TypedResult
+TypedResult: TypeAlias = Complete | InputRequiredResult | CreateTaskResult | GetTaskResult

@@ -26,7 +26,7 @@ from ext_tasks import (
 )
 from ext_tasks.engine import Engine
 from ext_tasks.protocol.envelope import NAME_FIELDS, encode_header_value
-from ext_tasks.replies import JsonReply, StreamItem
+from ext_tasks.replies import JsonReply, StreamItem, wire_of
 
 VERSION = "2026-07-28"
 PROTOCOL_VERSION = "io.modelcontextprotocol/protocolVersion"
@@ -275,13 +275,16 @@ def text_of(result: dict[str, Any]) -> str:
 
 
 async def collect(items: AsyncIterator[StreamItem]) -> list[StreamItem]:
+    """Every item of a stream, each message as the JSON object it is sent as."""
     with anyio.fail_after(5):
-        return [item async for item in items]
+        return [None if item is None else wire_of(item) async for item in items]
 
 
 async def next_item(items: AsyncIterator[StreamItem]) -> StreamItem:
+    """The next item of a stream, a message as the JSON object it is sent as."""
     with anyio.fail_after(5):
-        return await anext(items)
+        item = await anext(items)
+    return None if item is None else wire_of(item)
 
 
 async def call_tool(engine: Engine, name: str, arguments: dict[str, Any] | None = None, **extra: Any) -> JsonReply:

@@ -26,7 +26,7 @@ from ext_tasks.protocol.errors import (
     UNSUPPORTED_PROTOCOL_VERSION,
 )
 from ext_tasks.protocol.resume import ResumeCodec
-from ext_tasks.replies import JsonReply, Reply, StreamReply, wire_of
+from ext_tasks.replies import JsonReply, Reply, StreamReply
 from tests.unit.engine_support import (
     ALICE,
     KEY,
@@ -175,8 +175,8 @@ async def test_progress_reported_by_a_tool_streams_notifications_then_the_respon
         },
     ]
     assert len(items) == 3
-    assert items[2] is not None
-    final = wire_of(items[2])
+    final = items[2]
+    assert final is not None
     assert final["id"] == 9
     assert final["result"]["resultType"] == "complete"
     assert text_of(final["result"]) == "counted to 2"

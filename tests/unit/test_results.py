@@ -23,8 +23,8 @@ from ext_tasks import (
     TextContent,
     ToolResult,
 )
-from ext_tasks.protocol.result_types import ToolCallResult
-from ext_tasks.results import prompt_result, resource_result, tool_error_result, tool_result
+from ext_tasks.protocol.result_types import Complete
+from ext_tasks.results import prompt_result, resource_contents, tool_error_result, tool_result
 
 
 class Forecast(BaseModel):
@@ -35,8 +35,8 @@ class Forecast(BaseModel):
 # --- tools ----------------------------------------------------------------------------------------------
 
 
-def fields(result: ToolCallResult) -> dict[str, Any]:
-    """The result's members as sent, but ``resultType``, which every tool result has (checked here)."""
+def fields(result: Complete) -> dict[str, Any]:
+    """The result's members as sent, but ``resultType``, which each of these results has (checked here)."""
     wire: dict[str, Any] = msgspec.to_builtins(result)
     assert wire.pop("resultType") == "complete"
     return wire
@@ -115,18 +115,27 @@ def test_a_tool_error_is_an_error_result_with_its_text() -> None:
     assert fields(tool_error_result("disk full")) == expected
 
 
+def prompt_fields(value: Any, description: str) -> dict[str, Any]:
+    return fields(prompt_result(value, description))
+
+
+def resource_result_of(uri: str, mime_type: str | None, value: Any) -> dict[str, Any]:
+    """What a resource's value is read as (the handler adds how long it may be cached)."""
+    return {"contents": resource_contents(uri, mime_type, value)}
+
+
 # --- prompts --------------------------------------------------------------------------------------------
 
 
 def test_a_prompt_string_is_one_user_message_under_the_prompts_description() -> None:
-    assert prompt_result("Say hello.", "A greeting") == {
+    assert prompt_fields("Say hello.", "A greeting") == {
         "messages": [{"role": "user", "content": {"type": "text", "text": "Say hello."}}],
         "description": "A greeting",
     }
 
 
 def test_a_prompt_without_a_description_leaves_it_out() -> None:
-    assert prompt_result("Say hello.", "") == {
+    assert prompt_fields("Say hello.", "") == {
         "messages": [{"role": "user", "content": {"type": "text", "text": "Say hello."}}]
     }
 
@@ -134,31 +143,31 @@ def test_a_prompt_without_a_description_leaves_it_out() -> None:
 def test_prompt_messages_keep_their_roles_and_strings_among_them_are_user_messages() -> None:
     assistant = PromptMessage(role="assistant", content=TextContent(text="Hello!"))
 
-    assert prompt_result(assistant, "d")["messages"] == [
+    assert prompt_fields(assistant, "d")["messages"] == [
         {"role": "assistant", "content": {"type": "text", "text": "Hello!"}}
     ]
-    assert prompt_result(["Hi", assistant], "d")["messages"] == [
+    assert prompt_fields(["Hi", assistant], "d")["messages"] == [
         {"role": "user", "content": {"type": "text", "text": "Hi"}},
         {"role": "assistant", "content": {"type": "text", "text": "Hello!"}},
     ]
 
 
 def test_a_prompt_result_may_replace_the_description() -> None:
-    assert prompt_result(PromptResult(["Hi"], description="Chosen"), "Declared")["description"] == "Chosen"
-    assert prompt_result(PromptResult(["Hi"]), "Declared")["description"] == "Declared"
+    assert prompt_fields(PromptResult(["Hi"], description="Chosen"), "Declared")["description"] == "Chosen"
+    assert prompt_fields(PromptResult(["Hi"]), "Declared")["description"] == "Declared"
 
 
 # --- resources ------------------------------------------------------------------------------------------
 
 
 def test_resource_text_is_text_contents_of_its_uri_plain_text_unless_declared() -> None:
-    assert resource_result("file:///a.md", "text/markdown", "# A") == {
+    assert resource_result_of("file:///a.md", "text/markdown", "# A") == {
         "contents": [{"uri": "file:///a.md", "mimeType": "text/markdown", "text": "# A"}]
     }
-    assert resource_result("file:///a.txt", None, "A") == {
+    assert resource_result_of("file:///a.txt", None, "A") == {
         "contents": [{"uri": "file:///a.txt", "mimeType": "text/plain", "text": "A"}]
     }
-    assert resource_result("file:///n", None, 7) == {
+    assert resource_result_of("file:///n", None, 7) == {
         "contents": [{"uri": "file:///n", "mimeType": "text/plain", "text": "7"}]
     }
 
@@ -166,24 +175,24 @@ def test_resource_text_is_text_contents_of_its_uri_plain_text_unless_declared() 
 def test_resource_bytes_are_a_base64_blob() -> None:
     data = bytes(range(256))
 
-    found = resource_result("file:///a.bin", "application/octet-stream", data)
+    found = resource_result_of("file:///a.bin", "application/octet-stream", data)
 
     assert found == {
         "contents": [
             {"uri": "file:///a.bin", "mimeType": "application/octet-stream", "blob": base64.b64encode(data).decode()}
         ]
     }
-    assert resource_result("file:///b.bin", None, b"x") == {"contents": [{"uri": "file:///b.bin", "blob": "eA=="}]}
+    assert resource_result_of("file:///b.bin", None, b"x") == {"contents": [{"uri": "file:///b.bin", "blob": "eA=="}]}
 
 
 def test_resource_contents_and_results_are_sent_as_given() -> None:
     one = ResourceContents(uri="file:///other", mime_type="text/csv", text="a,b")
     two = ResourceContents(uri="file:///more", blob="eA==")
 
-    assert resource_result("file:///asked", None, one) == {
+    assert resource_result_of("file:///asked", None, one) == {
         "contents": [{"uri": "file:///other", "mimeType": "text/csv", "text": "a,b"}]
     }
-    assert resource_result("file:///asked", None, ResourceResult([one, two])) == {
+    assert resource_result_of("file:///asked", None, ResourceResult([one, two])) == {
         "contents": [
             {"uri": "file:///other", "mimeType": "text/csv", "text": "a,b"},
             {"uri": "file:///more", "blob": "eA=="},

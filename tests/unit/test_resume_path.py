@@ -1,5 +1,6 @@
 """The cost of one MRTR resume, counted (issue 27's "done when"): a resume reads the tool's ``name`` once,
-looks the tool up once, and builds its result once.
+looks the tool up once, and builds its result once; and the request metric takes the outcome from the
+reply as it was made, not from its message.
 
 Counted with real parts: a registry subclass that counts its lookups, and params that count reads of
 ``name`` (a ``dict`` subclass, as the decoder's params are dicts). A result built once is the typed
@@ -17,6 +18,8 @@ import pytest
 
 from ext_tasks import ToolRegistry
 from ext_tasks.engine import Engine
+from ext_tasks.metrics import REQUEST_STATS
+from ext_tasks.protocol.errors import INVALID_PARAMS
 from ext_tasks.protocol.jsonrpc import Request
 from ext_tasks.protocol.result_types import InputRequiredResult, ToolCallResult
 from ext_tasks.protocol.resume import ResumeCodec
@@ -116,3 +119,18 @@ async def test_a_first_round_also_reads_the_name_once_and_looks_the_tool_up_once
     assert (params.name_reads, registry.lookups) == (1, 1)
     assert type(reply.message["result"]) is InputRequiredResult  # type: ignore[index]
     assert reply.wire["result"]["resultType"] == "input_required"
+
+
+async def test_the_request_metric_counts_the_outcome_the_reply_was_made_with(
+    counting: tuple[Engine, CountingRegistry],
+) -> None:
+    engine, _ = counting
+    before = dict(REQUEST_STATS.counts)
+
+    refused = await _send(engine, _params(name="no-such-tool"))
+    answered = await _send(engine, _params())
+
+    assert refused.error_code == INVALID_PARAMS and answered.error_code is None
+    grown = {key: count - before.get(key, 0) for key, count in REQUEST_STATS.counts.items()}
+    assert grown[("tools/call", str(INVALID_PARAMS))] == 1
+    assert grown[("tools/call", "ok")] == 1

@@ -15,6 +15,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
+import msgspec
 import pytest
 
 from ext_tasks import Context, InputRequired, Principal, ProtocolError, ToolError, ToolRegistry, elicit
@@ -393,7 +394,7 @@ async def test_a_question_puts_the_task_in_input_required_and_the_answer_complet
 
     params = {"taskId": task_id, "inputResponses": {"confirm": {"action": "accept", "content": {"confirm": True}}}}
     ack = await task_methods.update(checked("tasks/update", params), ALICE, drop)
-    assert ack == {"resultType": "complete"}
+    assert msgspec.to_builtins(ack) == {"resultType": "complete"}
     resumed = await store.record(task_id)
     assert resumed.status is TaskStatus.WORKING
     assert resumed.input_requests == {}
@@ -579,7 +580,7 @@ async def test_a_late_outcome_does_not_overwrite_a_cancellation(
         with anyio.fail_after(WAIT_S):
             await probe.started.wait()
         ack = await task_methods.cancel(checked("tasks/cancel", {"taskId": task_id}), ALICE, drop)
-        assert ack == {"resultType": "complete"}
+        assert msgspec.to_builtins(ack) == {"resultType": "complete"}
         probe.release.set()
     assert outcome == [None]  # the worker's commit lost the compare-and-set
     stored = await store.record(task_id)
@@ -595,7 +596,7 @@ async def test_cancel_stops_a_running_tool_promptly_and_the_task_stays_cancelled
         with anyio.fail_after(WAIT_S):
             await probe.started.wait()
         ack = await task_methods.cancel(checked("tasks/cancel", {"taskId": task_id}), ALICE, drop)
-        assert ack == {"resultType": "complete"}
+        assert msgspec.to_builtins(ack) == {"resultType": "complete"}
         with anyio.fail_after(WAIT_S):
             await probe.saw_cancel.wait()  # the coroutine saw CancelledError, long before any timeout
         assert (await store.record(task_id)).status is TaskStatus.CANCELLED
