@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import os
 import socket
@@ -296,7 +295,7 @@ class Worker:
         interrupted = run.attempt - 1
         if interrupted >= self.options.max_attempts:
             error = InternalError(f"The task's run was interrupted {interrupted} times; giving up").to_error()
-            outcome = failed(dataclasses.replace(record, attempts=interrupted), error, self._clock_ms())
+            outcome = failed(msgspec.structs.replace(record, attempts=interrupted), error, self._clock_ms())
             if not await self._commit(holder, outcome):
                 return None
             task_event(record.status, TaskEvent.FAILED, outcome, attempts=interrupted)
@@ -392,4 +391,4 @@ class _Current:
         assert self.stored is not None
         if self.stored.attempts == self.run.attempt:
             return self.stored
-        return dataclasses.replace(self.stored, attempts=self.run.attempt)
+        return msgspec.structs.replace(self.stored, attempts=self.run.attempt)

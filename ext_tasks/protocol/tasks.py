@@ -14,13 +14,12 @@ only as far as tools can use them (:func:`kept_capabilities`), a status message 
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from .errors import InternalError
 from .result_types import CreateTaskResult, DetailedTask, GetTaskResult, Task
@@ -45,8 +44,7 @@ _RECORD_OVERHEAD: Final = 256
 _encoder: Final = msgspec.json.Encoder()
 
 
-@dataclass(frozen=True, slots=True)
-class TaskRecord:
+class TaskRecord(msgspec.Struct, frozen=True):
     task_id: str
     owner: str
     tool: str
@@ -57,10 +55,10 @@ class TaskRecord:
     updated_at_ms: int
     ttl_ms: int | None
     poll_interval_ms: int
-    client_capabilities: dict[str, Any] = field(default_factory=dict)
+    client_capabilities: dict[str, Any] = msgspec.field(default_factory=dict)
     status_message: str | None = None
-    input_requests: dict[str, dict[str, Any]] = field(default_factory=dict)
-    answers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    input_requests: dict[str, dict[str, Any]] = msgspec.field(default_factory=dict)
+    answers: dict[str, dict[str, Any]] = msgspec.field(default_factory=dict)
     state: Any = None
     result: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
@@ -73,7 +71,7 @@ class TaskRecord:
     delivered_at_ms: int | None = None
     #: Every key ever put in ``inputRequests`` -> the tool's own key for it. A question asked again
     #: (its answer did not fit) goes out under a fresh key, since keys are unique for a task's life.
-    asked_as: dict[str, str] = field(default_factory=dict)
+    asked_as: dict[str, str] = msgspec.field(default_factory=dict)
     #: What the owner's credentials said at creation (OAuth issuer, subject, client, scopes, claims), as
     #: JSON text read only when a run starts, so the tool sees the same ``ctx.principal`` on whichever
     #: worker runs it; ``None`` for a static token.
@@ -151,8 +149,27 @@ def failure_status(error: Mapping[str, Any]) -> str:
     return bounded_status(f"Task failed: {error.get('message', 'error')}")
 
 
-def transition(record: TaskRecord, event: TaskEvent, now_ms: int, **changes: Any) -> TaskRecord:
-    """The record after ``event``: next status from the table, version + 1, ``changes`` applied, and
+Requests = dict[str, dict[str, Any]]
+
+
+def transition(
+    record: TaskRecord,
+    event: TaskEvent,
+    now_ms: int,
+    *,
+    status_message: str | UnsetType | None = UNSET,
+    input_requests: Requests | UnsetType = UNSET,
+    answers: Requests | UnsetType = UNSET,
+    asked_as: dict[str, str] | UnsetType = UNSET,
+    state: Any = UNSET,
+    result: dict[str, Any] | UnsetType = UNSET,
+    error: dict[str, Any] | UnsetType = UNSET,
+    attempts: int | UnsetType = UNSET,
+    ttl_ms: int | UnsetType = UNSET,
+    delivered_at_ms: int | UnsetType = UNSET,
+) -> TaskRecord:
+    """The record after ``event``: next status from the table, version + 1, the fields given changed
+    (the others kept, as the same objects: the Valkey codec writes only what changed), and
     ``lastUpdatedAt`` moved to ``now_ms`` (never backwards).
 
     Raises:
@@ -160,8 +177,22 @@ def transition(record: TaskRecord, event: TaskEvent, now_ms: int, **changes: Any
             ``delivered`` on a terminal task).
     """
     status = next_status(record.status, event)
-    return dataclasses.replace(
-        record, status=status, version=record.version + 1, updated_at_ms=max(now_ms, record.updated_at_ms), **changes
+    given = {
+        "status_message": status_message,
+        "input_requests": input_requests,
+        "answers": answers,
+        "asked_as": asked_as,
+        "state": state,
+        "result": result,
+        "error": error,
+        "attempts": attempts,
+        "ttl_ms": ttl_ms,
+        "delivered_at_ms": delivered_at_ms,
+    }
+    changes = {name: value for name, value in given.items() if value is not UNSET}
+    updated_at_ms = max(now_ms, record.updated_at_ms)
+    return msgspec.structs.replace(
+        record, status=status, version=record.version + 1, updated_at_ms=updated_at_ms, **changes
     )
 
 

@@ -7,12 +7,12 @@ leaves behind, and a store that follows a promotion by itself.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
+import msgspec
 import pytest
 import valkey
 
@@ -65,7 +65,7 @@ async def test_without_enough_replicas_a_write_is_refused_as_retry_later_and_a_r
         assert _records(valkey_server, prefix) == [store.keys.task(record.task_id)]
         assert await store.lookup(record.task_id) == record
 
-        done = dataclasses.replace(record, status=TaskStatus.COMPLETED, version=2)
+        done = msgspec.structs.replace(record, status=TaskStatus.COMPLETED, version=2)
         with pytest.raises(ReplicasBehind):
             await store.commit(record, done)
         assert STORE_ACK_TIMEOUTS._value.get() - before == 3

@@ -4,13 +4,13 @@ rely on from a TaskStore."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, cast
 
 import anyio
+import msgspec
 import pytest
 
 from ext_tasks.protocol.states import TaskStatus
@@ -51,7 +51,7 @@ def make_record(task_id: str | None = None, **changes: object) -> TaskRecord:
         poll_interval_ms=500,
         client_capabilities={"elicitation": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}},
     )
-    return dataclasses.replace(record, **changes)  # type: ignore[arg-type]
+    return msgspec.structs.replace(record, **changes)
 
 
 def under(claim: IdempotencyClaim, **changes: object) -> TaskRecord:
@@ -92,7 +92,7 @@ async def test_commit_applies_only_on_the_expected_version(store: TaskStore) -> 
 async def test_a_commit_that_clears_fields_reads_back_without_them(store: TaskStore) -> None:
     record = make_record(status_message="halfway", state={"step": 1})
     await store.create(record)
-    cleared = dataclasses.replace(record, version=2, status_message=None, state=None)
+    cleared = msgspec.structs.replace(record, version=2, status_message=None, state=None)
     assert await store.commit(record, cleared)
     assert await store.lookup(record.task_id) == cleared
 
@@ -111,7 +111,7 @@ async def test_concurrent_commits_of_one_version_have_exactly_one_winner(store: 
 
 async def test_commit_on_an_unknown_task_fails(store: TaskStore) -> None:
     ghost = make_record()
-    assert not await store.commit(ghost, dataclasses.replace(ghost, version=2))
+    assert not await store.commit(ghost, msgspec.structs.replace(ghost, version=2))
     assert await store.lookup(ghost.task_id) is None
 
 
@@ -170,7 +170,7 @@ async def test_commit_can_queue_a_run_in_the_same_step(store: TaskStore) -> None
     await store.create(record)
     (first,) = await store.next_runs("consumer-a", 10, 1000)
     await store.ack(first)
-    resumed = dataclasses.replace(record, version=2)
+    resumed = msgspec.structs.replace(record, version=2)
     assert await store.commit(record, resumed, enqueue=True)
     with anyio.fail_after(WAIT_S):
         again = await store.next_runs("consumer-b", 10, 1000)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import itertools
 import threading
 import time
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import msgspec
 import pytest
 import valkey
 from valkey.asyncio import Valkey as AsyncValkey
@@ -117,7 +117,7 @@ async def test_a_valkey_at_maxmemory_refuses_every_kind_of_write_as_unavailable_
                 with pytest.raises(TaskStoreUnavailable):  # a script whose first write is refused
                     await store.create(make_record())
                 with pytest.raises(TaskStoreUnavailable):  # the outcome's compare-and-set (a script too)
-                    await store.commit(kept, dataclasses.replace(kept, version=2, status_message="done"))
+                    await store.commit(kept, msgspec.structs.replace(kept, version=2, status_message="done"))
                 with pytest.raises(TaskStoreUnavailable):  # XGROUP CREATE of a store opened now
                     await ValkeyTaskStore(own_valkey.url, prefix=prefix()).open()
                 with pytest.raises(TaskStoreUnavailable):  # the legacy session store
@@ -128,7 +128,7 @@ async def test_a_valkey_at_maxmemory_refuses_every_kind_of_write_as_unavailable_
                 assert await store.lookup(kept.task_id) == kept  # reads pass
             assert refusals("oom") - counted == 5
             # Memory back: the same objects write again.
-            assert await store.commit(kept, dataclasses.replace(kept, version=2, status_message="done"))
+            assert await store.commit(kept, msgspec.structs.replace(kept, version=2, status_message="done"))
             await sessions.save_task({"taskId": "t-1"}, 60_000)
         finally:
             await raw.aclose()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import dataclasses
+import msgspec
 
 from ext_tasks.protocol.states import TaskStatus
 from ext_tasks.protocol.tasks import TaskRecord
@@ -27,35 +27,35 @@ RECORD = TaskRecord(
 def test_fields_round_trip() -> None:
     assert record_from_fields(field_map(RECORD)) == RECORD
     assert "grant" not in field_map(RECORD)  # a static-token owner's task keeps no grant at all
-    oauth = dataclasses.replace(RECORD, grant='{"issuer":"https://id.example.com","scopes":["mcp"],"claims":{}}')
+    oauth = msgspec.structs.replace(RECORD, grant='{"issuer":"https://id.example.com","scopes":["mcp"],"claims":{}}')
     assert record_from_fields(field_map(oauth)) == oauth
 
 
 def test_a_status_message_writes_a_few_scalars_and_no_structured_field() -> None:
-    after = dataclasses.replace(RECORD, status_message="half way", version=2, updated_at_ms=2_000)
+    after = msgspec.structs.replace(RECORD, status_message="half way", version=2, updated_at_ms=2_000)
     changed, dropped = changes(RECORD, after)
     assert changed == {"status_message": "half way", "version": "2", "updated_at_ms": "2000"}
     assert dropped == []
 
 
 def test_a_new_structured_value_is_encoded_and_a_cleared_field_dropped() -> None:
-    after = dataclasses.replace(RECORD, result={"content": [], "isError": False}, status_message=None)
+    after = msgspec.structs.replace(RECORD, result={"content": [], "isError": False}, status_message=None)
     changed, dropped = changes(RECORD, after)
     assert changed == {"result": '{"content":[],"isError":false}'}
     assert dropped == ["status_message"]
-    gone = dataclasses.replace(after, result=None)
+    gone = msgspec.structs.replace(after, result=None)
     assert changes(after, gone) == ({}, ["result"])
 
 
 def test_a_value_equal_in_python_but_not_in_json_is_still_written() -> None:
-    before = dataclasses.replace(RECORD, state={"confirm": 1})
-    after = dataclasses.replace(before, state={"confirm": True})  # 1 == True in Python
+    before = msgspec.structs.replace(RECORD, state={"confirm": 1})
+    after = msgspec.structs.replace(before, state={"confirm": True})  # 1 == True in Python
     changed, _ = changes(before, after)
     assert changed == {"state": '{"confirm":true}'}
 
 
 def test_every_change_survives_the_store_round_trip() -> None:
-    after = dataclasses.replace(
+    after = msgspec.structs.replace(
         RECORD, status=TaskStatus.COMPLETED, version=2, result={"content": [{"type": "text", "text": "ok"}]}
     )
     stored = field_map(RECORD)

@@ -7,7 +7,6 @@ and draws the diagram in docs/architecture.md: those are checked here too.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import re
 import subprocess
@@ -15,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -93,7 +93,7 @@ def make_record(status: TaskStatus = TaskStatus.WORKING, **changes: Any) -> Task
         ttl_ms=60_000,
         poll_interval_ms=500,
     )
-    return dataclasses.replace(record, **changes)
+    return msgspec.structs.replace(record, **changes)
 
 
 def waiting_record(**requests: dict[str, Any]) -> TaskRecord:
@@ -336,7 +336,7 @@ def test_answers_merged_ignores_a_task_that_is_not_waiting() -> None:
 
 def test_answers_merged_ignores_an_answer_already_given() -> None:
     record = waiting_record(colour=COLOUR_REQUEST)
-    record = dataclasses.replace(record, answers={"name": NAME_ANSWER})
+    record = msgspec.structs.replace(record, answers={"name": NAME_ANSWER})
     assert answers_merged(record, {"name": {"action": "accept", "content": {"name": "Eve"}}}, T0 + 2_000) is None
 
 
@@ -379,7 +379,7 @@ def test_answering_every_key_at_once_returns_to_working() -> None:
 @pytest.mark.parametrize("status", list(TaskStatus))
 def test_detailed_task_wire_carries_only_the_member_of_its_status(status: TaskStatus) -> None:
     # Every record carries every member internally; the wire must pick the one of its status only.
-    record = dataclasses.replace(
+    record = msgspec.structs.replace(
         record_in(status),
         input_requests={"name": NAME_REQUEST},
         result=TOOL_RESULT,
@@ -456,7 +456,7 @@ def test_bookkeeping_operations_keep_the_status_and_bump_the_version() -> None:
 
 @pytest.mark.parametrize("status", sorted(TERMINAL))
 def test_the_first_delivery_is_the_delivered_edge_and_keeps_status_and_last_update(status: TaskStatus) -> None:
-    record = dataclasses.replace(record_in(status), sensitive=True)
+    record = msgspec.structs.replace(record_in(status), sensitive=True)
     after = delivered(record, T0 + 9_000, grace_ms=30_000)
     assert after is not None
     assert after.status is status

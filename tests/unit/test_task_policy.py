@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
+import msgspec
 import pytest
 
 from ext_tasks import Context, ToolRegistry
@@ -49,7 +49,7 @@ def record(**changes: Any) -> TaskRecord:
         poll_interval_ms=250,
         poll_max_ms=5_000,
     )
-    return dataclasses.replace(base, **changes)
+    return msgspec.structs.replace(base, **changes)
 
 
 @pytest.mark.parametrize(

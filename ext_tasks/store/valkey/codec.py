@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from ...protocol.states import TaskStatus
+import msgspec
+
 from ...protocol.tasks import TaskRecord
 from ..connection.jsontext import decode_json, encode_json
 
@@ -70,7 +71,7 @@ def flat(fields: Mapping[str, str]) -> list[str]:
 def changes(before: TaskRecord, after: TaskRecord) -> tuple[dict[str, str], list[str]]:
     """The fields ``after`` sets that differ from ``before``, and those it no longer has. A structured
     field is encoded only when ``after`` holds another object than ``before`` (transitions build records
-    with ``dataclasses.replace``, so untouched fields keep their objects): a commit does not re-encode
+    with ``msgspec.structs.replace``, so untouched fields keep their objects): a commit does not re-encode
     the arguments, answers or result it leaves alone. Identity, not equality: ``1 == True`` in Python,
     not in JSON."""
     old, new = _scalar_fields(before), _scalar_fields(after)
@@ -87,29 +88,11 @@ def changes(before: TaskRecord, after: TaskRecord) -> tuple[dict[str, str], list
 
 
 def record_from_fields(fields: Mapping[str, str]) -> TaskRecord:
-    decoded: dict[str, Any] = {name: decode_json(fields[name]) for name in _JSON_FIELDS if name in fields}
-    return TaskRecord(
-        task_id=fields["task_id"],
-        owner=fields["owner"],
-        tool=fields["tool"],
-        status=TaskStatus(fields["status"]),
-        version=int(fields["version"]),
-        created_at_ms=int(fields["created_at_ms"]),
-        updated_at_ms=int(fields["updated_at_ms"]),
-        ttl_ms=int(fields["ttl_ms"]) if "ttl_ms" in fields else None,
-        poll_interval_ms=int(fields["poll_interval_ms"]),
-        attempts=int(fields.get("attempts", "0")),
-        status_message=fields.get("status_message"),
-        poll_max_ms=int(fields["poll_max_ms"]) if "poll_max_ms" in fields else None,
-        sensitive=fields.get("sensitive") == "1",
-        delivered_at_ms=int(fields["delivered_at_ms"]) if "delivered_at_ms" in fields else None,
-        arguments=decoded.get("arguments") or {},
-        client_capabilities=decoded.get("client_capabilities") or {},
-        input_requests=decoded.get("input_requests") or {},
-        answers=decoded.get("answers") or {},
-        asked_as=decoded.get("asked_as") or {},
-        state=decoded.get("state"),
-        result=decoded.get("result"),
-        error=decoded.get("error"),
-        grant=fields.get("grant"),
-    )
+    """The record a hash holds: the structured fields decoded from JSON, the scalars converted from text
+    by the record's own types (``"5"`` to an int, ``"1"`` to ``True``, a status to its enum); a field the
+    hash leaves out takes the record's default (``ttl_ms``: none)."""
+    raw: dict[str, Any] = {"ttl_ms": None, **fields}
+    for name in _JSON_FIELDS:
+        if name in fields:
+            raw[name] = decode_json(fields[name])
+    return msgspec.convert(raw, TaskRecord, strict=False)
