@@ -21,26 +21,6 @@ from typing import Any, TypeAlias
 import msgspec
 from msgspec import UNSET, UnsetType
 
-__all__ = [
-    "UNSET",
-    "Complete",
-    "CompleteResult",
-    "CreateTaskResult",
-    "DetailedTask",
-    "DiscoverResult",
-    "GetPromptResult",
-    "GetTaskResult",
-    "InputRequiredResult",
-    "ListPromptsResult",
-    "ListResourceTemplatesResult",
-    "ListResourcesResult",
-    "ListToolsResult",
-    "ReadResourceResult",
-    "Task",
-    "ToolCallResult",
-    "TypedResult",
-]
-
 Meta = dict[str, Any]
 
 
