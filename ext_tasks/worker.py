@@ -61,7 +61,7 @@ from .protocol.tasks import (
     status_reported,
 )
 from .protocol.versions import MODERN_2026_07_28
-from .store.base import Broadcast, Records, Run, RunQueue, TaskStoreUnavailable
+from .store.base import Broadcast, Records, Run, RunQueue, TaskStoreUnavailable, WatchItem
 from .tools import ToolRegistry
 
 logger = logging.getLogger("ext_tasks.worker")
@@ -88,6 +88,23 @@ def run_envelope(record: TaskRecord) -> Envelope:
         log_level=None,
         progress_token=None,
     )
+
+
+class _Ended:
+    """What :func:`_next_change` gives once the run it watches for has ended."""
+
+
+async def _next_change(changes: asyncio.Queue[WatchItem], execution: asyncio.Task[None]) -> WatchItem | _Ended:
+    """The next change of a watched task, or :class:`_Ended` as soon as ``execution`` has ended."""
+    if execution.done():
+        return _Ended()
+    getting = asyncio.ensure_future(changes.get())
+    try:
+        await asyncio.wait((getting, execution), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not getting.done():
+            getting.cancel()
+    return getting.result() if getting.done() and not getting.cancelled() else _Ended()
 
 
 class WorkerStore(RunQueue, Records, Broadcast, Protocol):
@@ -211,13 +228,18 @@ class Worker:
         task.add_done_callback(ended)
 
     async def _stop_when_cancelled(self, run: Run, execution: asyncio.Task[None]) -> None:
-        """Cancel ``execution`` as soon as its task is cancelled, from any instance."""
+        """Cancel ``execution`` as soon as its task is cancelled, from any instance. Ends when
+        ``execution`` ends, by itself: the cancellation its end sends may be lost below (seen: a
+        Sentinel-acknowledged store's subscribe and ``mark_watched``, rarely, under load), and a watcher
+        left waiting for changes would outlive its run (and hang the event loop's shutdown)."""
         await asyncio.sleep(WATCH_AFTER_S)  # most runs end before anyone could cancel them
         while not execution.done():
             try:
                 async with self.store.watch(run.task_id) as changes:
                     while True:
-                        change = await changes.get()
+                        change = await _next_change(changes, execution)
+                        if isinstance(change, _Ended):
+                            return
                         if change is None:  # live (again): was it cancelled before we listened?
                             found = await self.store.lookup(run.task_id)
                             gone = not isinstance(found, TaskRecord) or found.status is TaskStatus.CANCELLED
