@@ -77,7 +77,7 @@ def test_the_drawn_tree_is_the_class_tree() -> None:
     assert sorted(drawn) == sorted(real), "classes drawn in protocol/errors.py vs. defined"
     for name, cls in real.items():
         line = drawn[name]
-        parents = [base.__name__ for base in cls.__bases__ if issubclass(base, ProtocolError)]
+        parents: list[str | None] = [base.__name__ for base in cls.__bases__ if issubclass(base, ProtocolError)]
         assert [line.parent] == (parents or [None]), f"{name}'s parent"
         assert (line.code, line.status) == (cls.code, cls.http_status), f"{name}'s code and status"
         assert line.headers == (cls.http_headers is not ProtocolError.http_headers), f"{name}'s headers"
