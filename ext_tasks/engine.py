@@ -2,9 +2,10 @@
 the era router, or a request the legacy shim builds in process), one reply out.
 
 The request is decoded and checked once (JSON-RPC, ``_meta`` and headers, then the method's params into
-a typed struct, ``protocol.requests``); handlers read typed fields only. This is the one place where
-exceptions become the modern surface's JSON-RPC errors: a :class:`ProtocolError` becomes its own code,
-HTTP status and headers, anything else becomes -32603 with the traceback in the server log only.
+a typed struct, ``protocol.requests``); handlers read typed fields only. Exceptions become the modern
+surface's JSON-RPC errors through one guard (``_FAILURES``, :mod:`.failures`): a :class:`ProtocolError`
+keeps its own code, HTTP status and headers, anything else becomes -32603 with the traceback in the
+server log only.
 
 A reply is JSON, or an SSE stream when the request may receive notifications (``progressToken`` or
 ``logLevel`` in ``_meta``, and ``subscriptions/listen``). A streamable request that emits nothing
@@ -23,6 +24,7 @@ from typing import Any, Final
 
 from .auth import Caller, Principal
 from .context import Emit
+from .failures import Guard
 from .listen import Subscriptions
 from .methods import CacheOptions, CoreMethods
 from .metrics import header_tolerated, method_label, observe_request
@@ -32,14 +34,13 @@ from .options import EngineOptions
 from .outbox import Outbox
 from .pacing import Pacing
 from .protocol.envelope import Envelope, Headers, Target, check_envelope
-from .protocol.errors import InternalError, InvalidRequest, MethodNotFound, ProtocolError
+from .protocol.errors import InvalidRequest, MethodNotFound, ProtocolError
 from .protocol.jsonrpc import Message as Decoded
 from .protocol.jsonrpc import (
     Notification,
     Request,
     RequestId,
     Response,
-    decode_message,
     notification_message,
     result_message,
 )
@@ -53,6 +54,8 @@ from .tools import ChangeKind, ToolRegistry
 from .waits import WaitLimit
 
 logger = logging.getLogger("ext_tasks.engine")
+#: The engine's failures as replies, each with its own HTTP status (see :mod:`.failures`).
+_FAILURES: Final = Guard(logger, "internal error handling %s")
 
 Handler = Callable[[Call[Any], Principal, Emit], Awaitable[TypedResult]]
 #: The request's checked envelope, given the parsed call and its tool's ``Mcp-Param-*`` (``tools/call``).
@@ -131,10 +134,9 @@ class Engine:
     # --- requests in ----------------------------------------------------------------------------------
 
     async def handle(self, body: bytes, headers: Headers, principal: Principal) -> Reply:
-        try:
-            message = decode_message(body)
-        except ProtocolError as exc:
-            return JsonReply.error(None, exc)
+        message = _FAILURES.decode(body)
+        if isinstance(message, JsonReply):
+            return message
         return await self.handle_message(message, headers, principal)
 
     async def handle_message(self, message: Decoded, headers: Headers, principal: Principal) -> Reply:
@@ -174,7 +176,8 @@ class Engine:
         return envelope
 
     async def _dispatch(self, request: Request, envelope_of: EnvelopeOf, principal: Principal, own_wait: bool) -> Reply:
-        try:
+        failure = _FAILURES.catching(request.id, request.method)
+        with failure:
             method = request.method
             if method == "tools/call":
                 return await self._call_tool(request, envelope_of, principal)
@@ -187,10 +190,7 @@ class Engine:
                 raise MethodNotFound(f"Method not found: {method}")
             call = Call(request.id, method, PARSERS[method](request.params, envelope), envelope)
             return await self._run(call, lambda emit: handler(call, principal, emit))
-        except ProtocolError as exc:
-            return JsonReply.error(request.id, exc)
-        except Exception:  # noqa: BLE001 - the one place that turns any failure into -32603
-            return self._internal_error(request.id, request.method)
+        return failure.reply
 
     async def _call_tool(self, request: Request, envelope_of: EnvelopeOf, principal: Principal) -> Reply:
         """``tools/call``, the hot path: the call is parsed once (its ``name`` read once), the tool looked
@@ -221,10 +221,6 @@ class Engine:
         result.meta = {**own, META_SERVER_INFO: self._server_info} if own else self._server_meta
         return result_message(request_id, result)
 
-    def _internal_error(self, request_id: RequestId, method: str) -> JsonReply:
-        logger.exception("internal error handling %s", method)
-        return JsonReply.error(request_id, InternalError("Internal error"))
-
     # --- requests that may stream notifications ---------------------------------------------------
 
     async def _maybe_stream(self, call: Call[Any], run: Callable[[Emit], Awaitable[TypedResult]]) -> Reply:
@@ -237,12 +233,10 @@ class Engine:
             await asyncio.sleep(0)
 
         async def guarded() -> JsonReply:
-            try:
+            failure = _FAILURES.catching(call.id, call.method)  # as in _dispatch, inside a stream
+            with failure:
                 return JsonReply(200, self._result(call.id, await run(emit)))
-            except ProtocolError as exc:
-                return JsonReply.error(call.id, exc)
-            except Exception:  # noqa: BLE001 - same mapping as _dispatch, inside a stream
-                return self._internal_error(call.id, call.method)
+            return failure.reply
 
         work = asyncio.create_task(guarded())
         first = asyncio.create_task(outbox.get())

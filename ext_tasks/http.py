@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, cast
 from urllib.parse import urlsplit
@@ -25,6 +26,7 @@ from . import sse
 from .auth import Authenticator, Caller, Challenge, Principal
 from .auth.metadata import ProtectedResource
 from .config import LOOPBACK_HOSTS, Settings
+from .failures import Guard, StatusRule
 from .metrics import scrape
 from .pacing import FREE_BODY_BYTES, MAX_HELD, Pacing, body_cost
 from .protocol.errors import ForbiddenOrigin, InternalError, InvalidRequest, ProtocolError
@@ -39,6 +41,8 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 JSON: Final = "application/json"
 _READY_TIMEOUT_S: Final = 2.0
+#: The edge's own refusals (origin, credentials, body, pacing), before any surface, with their own status.
+_FAILURES: Final = Guard(logging.getLogger("ext_tasks.http"), "internal error checking a %s request")
 _ALLOWED_HOSTS_KEPT: Final = 64
 
 
@@ -161,9 +165,11 @@ class App:
 
 
 def _framework_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[bytes]:
+    """The framework's own refusals on the other routes (404 of an unknown path, 405 ...), as JSON-RPC
+    errors with the framework's status; a 5xx tells nothing of its cause."""
     status = exc.status_code if 400 <= exc.status_code < 500 else 500
     error = InvalidRequest(f"Invalid Request: {exc.detail}") if status < 500 else InternalError("Internal error")
-    reply = JsonReply.error(None, error, status)
+    reply = _FAILURES.reply(None, error, rule=StatusRule(fixed=status))
     assert reply.message is not None
     return Response(content=encode(reply.message), status_code=status, media_type=JSON)
 
@@ -259,7 +265,8 @@ class McpEndpoint:
 
     async def _answer(self, method: str, headers: dict[str, list[str]], watch: RequestWatch, send: Send) -> None:
         body = b""
-        try:
+        refused = _FAILURES.catching(None, method)
+        with refused:
             self.policy.check(headers)
             found = self.authenticator.authenticate(headers)
             # Static tokens and cached OAuth tokens come back as they are: no coroutine on that path.
@@ -270,14 +277,15 @@ class McpEndpoint:
                 content_type = headers.get("content-type")
                 if content_type != _JSON_ONLY and _media_type(content_type) != JSON:
                     raise InvalidRequest(f"Invalid Request: Content-Type must be {JSON}")
-                body = await watch.body(headers, self.limit)
+                try:
+                    body = await watch.body(headers, self.limit)
+                except Disconnected:
+                    return  # the client went away while sending: nobody to answer
                 if len(body) > FREE_BODY_BYTES:  # a large body is costly to decode, check and store
                     self.pacing.charge(caller.principal.id, body_cost(len(body)), kind="body")
-        except ProtocolError as exc:
+        if refused.failed:
             body = b""  # a held refusal keeps nothing of the request
-            await self._send_held(send, None, JsonReply.error(None, exc))
-            return
-        except Disconnected:
+            await self._send_held(send, None, refused.reply)
             return
         # From here on (for a POST, from the last byte of the body), the client going away ends whatever
         # its request holds (a tool run, a legacy tasks/result wait), even before the first byte of the

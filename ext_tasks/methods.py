@@ -11,13 +11,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from .auth import InsufficientScope, Principal
 from .context import Context, Emit, InputRequired
+from .failures import Guard
 from .invoke import invoke_tool
 from .mrtr import ClaimOnce, StartTaskHook, binding_for, run_round
-from .protocol.errors import InternalError, InvalidParams, ProtocolError, ResourceNotFound
+from .protocol.errors import InvalidParams, ResourceNotFound
 from .protocol.requests import (
     Call,
     Listing,
@@ -49,6 +50,8 @@ from .task_methods import META_TASK_POLICY, TaskMethods
 from .tools import Tool, ToolRegistry
 
 logger = logging.getLogger("ext_tasks.methods")
+#: A prompt's or resource's failure: a ProtocolError as it is, anything else logged and -32603.
+_FAILURES: Final = Guard(logger, "%s raised")
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,11 +235,10 @@ class CoreMethods:
 async def _call_or_internal(awaitable: Awaitable[Any], what: str) -> Any:
     try:
         return await awaitable
-    except (InputRequired, ProtocolError):
+    except InputRequired:
         raise
-    except Exception:
-        logger.exception("%s raised", what)
-        raise InternalError(f"Internal error in {what}") from None
+    except Exception as exc:  # noqa: BLE001 - the engine's guard answers it; only the message names what failed
+        raise _FAILURES.error(exc, what, message=f"Internal error in {what}") from None
 
 
 def _no_cursor(params: Listing) -> None:

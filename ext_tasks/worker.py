@@ -42,6 +42,7 @@ import msgspec
 from .auth import principal_from_grant
 from .clock import now_ms
 from .context import Context, InputRequired, missing_capabilities
+from .failures import Guard
 from .invoke import invoke_tool
 from .lifecycle import task_event
 from .metrics import LEASE_RECLAIMS, QUEUE_DEPTH
@@ -60,10 +61,12 @@ from .protocol.tasks import (
     status_reported,
 )
 from .protocol.versions import MODERN_2026_07_28
-from .store.base import Broadcast, Records, Run, RunQueue, TaskStoreUnavailable
+from .store.base import Broadcast, Records, Run, RunQueue, TaskStoreUnavailable, WatchItem
 from .tools import ToolRegistry
 
 logger = logging.getLogger("ext_tasks.worker")
+#: A run's failure as the task's ``failed`` outcome (see :mod:`.failures`).
+_FAILURES: Final = Guard(logger, "task %s failed")
 
 _encoder: Final = msgspec.json.Encoder()
 #: How long a run goes before it watches its task for a cancellation.
@@ -87,6 +90,23 @@ def run_envelope(record: TaskRecord) -> Envelope:
         log_level=None,
         progress_token=None,
     )
+
+
+class _Ended:
+    """What :func:`_next_change` gives once the run it watches for has ended."""
+
+
+async def _next_change(changes: asyncio.Queue[WatchItem], execution: asyncio.Task[None]) -> WatchItem | _Ended:
+    """The next change of a watched task, or :class:`_Ended` as soon as ``execution`` has ended."""
+    if execution.done():
+        return _Ended()
+    getting = asyncio.ensure_future(changes.get())
+    try:
+        await asyncio.wait((getting, execution), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not getting.done():
+            getting.cancel()
+    return getting.result() if getting.done() and not getting.cancelled() else _Ended()
 
 
 class WorkerStore(RunQueue, Records, Broadcast, Protocol):
@@ -210,13 +230,18 @@ class Worker:
         task.add_done_callback(ended)
 
     async def _stop_when_cancelled(self, run: Run, execution: asyncio.Task[None]) -> None:
-        """Cancel ``execution`` as soon as its task is cancelled, from any instance."""
+        """Cancel ``execution`` as soon as its task is cancelled, from any instance. Ends when
+        ``execution`` ends, by itself: the cancellation its end sends may be lost below (seen: a
+        Sentinel-acknowledged store's subscribe and ``mark_watched``, rarely, under load), and a watcher
+        left waiting for changes would outlive its run (and hang the event loop's shutdown)."""
         await asyncio.sleep(WATCH_AFTER_S)  # most runs end before anyone could cancel them
         while not execution.done():
             try:
                 async with self.store.watch(run.task_id) as changes:
                     while True:
-                        change = await changes.get()
+                        change = await _next_change(changes, execution)
+                        if isinstance(change, _Ended):
+                            return
                         if change is None:  # live (again): was it cancelled before we listened?
                             found = await self.store.lookup(run.task_id)
                             gone = not isinstance(found, TaskRecord) or found.status is TaskStatus.CANCELLED
@@ -366,7 +391,10 @@ class Worker:
             requests = {key: request.to_wire() for key, request in asked.requests.items()}
             return TaskEvent.INPUT_REQUESTED, input_requested(holder.working, requests, state, self._clock_ms())
         except ProtocolError as exc:
-            return TaskEvent.FAILED, failed(holder.working, exc.to_error(), self._clock_ms())
+            # The run's failure is the task's outcome, classified as every surface's failure is. Only a
+            # ProtocolError: anything else is a failure of this worker, and the run is reclaimed.
+            error = _FAILURES.error(exc, record.task_id).to_error()
+            return TaskEvent.FAILED, failed(holder.working, error, self._clock_ms())
         size = len(_encoder.encode(result))
         if size > self.options.max_result_bytes:
             logger.warning("tool %s returned %d bytes for task %s: too large to keep", tool.name, size, record.task_id)

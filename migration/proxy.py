@@ -9,18 +9,21 @@ JSON-RPC error with a 5xx status, or ends a stream already begun with that error
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
-from typing import Any, Final
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Final
 
 from ext_tasks import sse
 from ext_tasks.auth import Principal
-from ext_tasks.protocol.jsonrpc import Message, RequestId, encode, error_message, id_of, to_wire
-from ext_tasks.replies import JsonReply, Reply, StreamItem, StreamReply
+from ext_tasks.failures import Guard
+from ext_tasks.protocol.jsonrpc import Message, encode, id_of, to_wire
+from ext_tasks.replies import JsonReply, Reply, StreamReply, chained
 
 from .remote import UpstreamFailed
 from .upstream import HttpUpstream
 
+#: What cannot be relayed, answered with its own 5xx status (or ending a stream already begun).
+_FAILURES: Final = Guard(logging.getLogger("ext_tasks.migration.proxy"), "relaying %s failed")
 #: Request headers a modern client sends that the upstream needs to see.
 _FORWARDED: Final = ("mcp-protocol-version", "mcp-method", "mcp-name", "authorization", "idempotency-key")
 
@@ -48,7 +51,8 @@ class ForwardingHandler:
         method = forwarded.get("mcp-method", "")
         reading = self.upstream.reading
         request_id = id_of(body)
-        try:
+        failure = _FAILURES.catching(request_id, method)
+        with failure:
             response = await reading.open(method, self.upstream.url, forwarded, body)
             if not sse.is_event_stream(response):
                 message = await reading.message(method, response)
@@ -59,11 +63,12 @@ class ForwardingHandler:
             # The first message is read before the stream is answered, so an upstream stream that fails
             # from the start (too large, silent, not JSON) is a 5xx like a JSON answer, not a 200.
             first = await anext(messages, None)
-        except UpstreamFailed as exc:
-            return JsonReply.error(request_id, exc)
-        if first is None:
-            return JsonReply.error(request_id, UpstreamFailed("Upstream answered an event stream without a message"))
-        return StreamReply(_relayed(first, messages, request_id))
+            if first is None:
+                raise UpstreamFailed("Upstream answered an event stream without a message")
+            # A stream that breaks off (too large an event, silence, a broken connection) ends with the
+            # error as the request's response; closing it closes the upstream's.
+            return StreamReply(_FAILURES.stream(request_id, method, chained(first, messages)))
+        return failure.reply
 
     def close(self) -> None:
         return None
@@ -76,17 +81,3 @@ _RELAYED_HEADERS: Final = {"retry-after": "Retry-After", "www-authenticate": "WW
 
 def _relayed_headers(headers: Mapping[str, str]) -> dict[str, str]:
     return {spelled: headers[name] for name, spelled in _RELAYED_HEADERS.items() if name in headers}
-
-
-async def _relayed(
-    first: dict[str, Any], messages: AsyncGenerator[dict[str, Any], None], request_id: RequestId | None
-) -> AsyncIterator[StreamItem]:
-    """An upstream's event stream, message by message; one that breaks off (too large an event, silence,
-    a broken connection) ends with the error as the request's response."""
-    async with contextlib.aclosing(messages):
-        yield first
-        try:
-            async for message in messages:
-                yield message
-        except UpstreamFailed as exc:
-            yield error_message(request_id, exc)

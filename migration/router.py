@@ -8,10 +8,12 @@ modern ``_meta`` key, a JSON-RPC response from the client, or no version signal 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable
-from typing import Literal, Protocol
+from typing import Final, Literal, Protocol
 
 from ext_tasks.auth import Caller, Principal
+from ext_tasks.failures import Guard
 from ext_tasks.protocol.envelope import Headers
 from ext_tasks.protocol.errors import ProtocolError
 from ext_tasks.protocol.jsonrpc import Message, Request, Response, decode_message
@@ -22,6 +24,9 @@ from .shim import LegacyShim
 from .translate import LEGACY_VERSIONS
 
 Era = Literal["modern", "legacy"]
+
+#: A body that decodes in neither era, answered with its own HTTP status.
+_FAILURES: Final = Guard(logging.getLogger("ext_tasks.migration"), "request %s failed")
 
 
 class ModernHandler(Protocol):
@@ -54,11 +59,9 @@ class EraRouter:
 
     async def _post_unversioned(self, body: bytes, headers: Headers, caller: Caller, version: str) -> Reply:
         """A request with neither a modern version header nor a session: its body decides."""
-        try:
-            message = decode_message(body)
-        except ProtocolError as exc:
-            # Undecodable: the answer is the same in both eras (the error, and its HTTP status).
-            return JsonReply.error(None, exc)
+        message = _FAILURES.decode(body)
+        if isinstance(message, JsonReply):
+            return message  # undecodable: the answer is the same in both eras (the error, and its HTTP status)
         if era_of(version, message) == "modern":
             return await self.modern.handle_message(message, headers, caller.principal)
         return await self.legacy.post_message(message, headers, caller)

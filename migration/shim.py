@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ext_tasks.auth import Caller
+from ext_tasks.failures import Guard, StatusRule
 from ext_tasks.options import EngineOptions, LegacyOptions, TaskOptions, WorkerOptions
 from ext_tasks.protocol.envelope import LOG_LEVELS
 from ext_tasks.protocol.errors import (
@@ -32,13 +33,11 @@ from ext_tasks.protocol.errors import (
     InvalidRequest,
     LimitExceeded,
     MethodNotFound,
-    ProtocolError,
 )
 from ext_tasks.protocol.jsonrpc import (
     Notification,
     Request,
     Response,
-    decode_message,
     error_message,
     result_message,
 )
@@ -66,6 +65,12 @@ from .translate import (
 from .upstream import ModernCall, ModernUpstream
 
 logger = logging.getLogger("ext_tasks.migration")
+#: The shim's failures as replies: a session's failure (or one before any session) with its own HTTP
+#: status, a "retry later" among them logged as a warning.
+_FAILURES: Final = Guard(logger, "legacy %s failed", busy="legacy request failed: %s")
+#: A method's failure: 2025-11-25 answers it with HTTP 200 and the JSON-RPC error, except one that means
+#: "retry later" (429 or 503, with ``Retry-After``) and a proxy's upstream that failed (502, 504).
+_METHOD_STATUS: Final = StatusRule(fixed=200, kept=(LimitExceeded, Busy, UpstreamFailed))
 
 Message = dict[str, Any]
 _MAX_CAPABILITIES_CHARS: Final = MAX_CAPABILITY_BYTES
@@ -137,10 +142,9 @@ class LegacyShim:
     # --- HTTP entry points ------------------------------------------------------------------------
 
     async def post(self, body: bytes, headers: Mapping[str, Sequence[str]], caller: Caller) -> Reply:
-        try:
-            message = decode_message(body)
-        except ProtocolError as exc:
-            return _failure(None, exc)
+        message = _FAILURES.decode(body)
+        if isinstance(message, JsonReply):
+            return message
         return await self.post_message(message, headers, caller)
 
     async def post_message(
@@ -148,10 +152,10 @@ class LegacyShim:
     ) -> Reply:
         """A message already decoded (the era router decodes a body once to tell the eras apart)."""
         request_id = message.id if isinstance(message, Request | Response) else None
-        try:
+        failure = _FAILURES.catching(request_id, message.method if isinstance(message, Request) else "message")
+        with failure:
             return await self._post(message, headers, caller)
-        except ProtocolError as exc:
-            return _failure(request_id, exc)
+        return failure.reply
 
     async def _post(
         self, message: Request | Notification | Response, headers: Mapping[str, Sequence[str]], caller: Caller
@@ -174,7 +178,8 @@ class LegacyShim:
 
     async def get(self, headers: Mapping[str, Sequence[str]], caller: Caller) -> Reply:
         """The session's GET stream: change notifications, and messages other instances publish."""
-        try:
+        failure = _FAILURES.catching(None, "GET stream")
+        with failure:
             session = await self._session(headers, caller)
             stream = GetStream(
                 session,
@@ -187,17 +192,16 @@ class LegacyShim:
             )
             messages = self._waiting(caller, stream.messages())
             first = await anext(messages)  # the stream is live (or refused, e.g. past the waits cap)
-        except ProtocolError as exc:
-            return _failure(None, exc)
-        return StreamReply(chained(first, messages))
+            return StreamReply(chained(first, messages))
+        return failure.reply
 
     async def delete(self, headers: Mapping[str, Sequence[str]], caller: Caller) -> Reply:
-        try:
+        failure = _FAILURES.catching(None, "DELETE")
+        with failure:
             session = await self._session(headers, caller)
             await self.sessions.delete(session)
-        except ProtocolError as exc:
-            return _failure(None, exc)
-        return JsonReply(204, None)
+            return JsonReply(204, None)
+        return failure.reply
 
     async def _waiting(self, caller: Caller, messages: AsyncIterator[Message | None]) -> AsyncIterator[Message | None]:
         """``messages`` as one of the caller's open waits (refused past the cap)."""
@@ -312,46 +316,23 @@ class LegacyShim:
         return final
 
 
-def _failure(request_id: Any, error: ProtocolError, status: int | None = None) -> Reply:
-    """The legacy answer for a failure before any stream opened, with the error's own HTTP status and
-    headers (``Retry-After``) unless ``status`` says otherwise."""
-    if isinstance(error, Busy):
-        logger.warning("legacy request failed: %s", error.message)
-    return JsonReply.error(request_id, error, status)
-
-
-def _method_failure(request_id: Any, error: ProtocolError) -> Reply:
-    """A method's failure: 2025-11-25 answers it with HTTP 200 and the JSON-RPC error, except one that
-    means "retry later" (429 or 503, with ``Retry-After``) and a proxy's upstream that failed (502, 504)."""
-    return _failure(request_id, error, None if isinstance(error, LimitExceeded | Busy | UpstreamFailed) else 200)
-
-
 async def _reply(request: Request, messages: AsyncIterator[Message]) -> Reply:
     """JSON when the first message is already the response; an SSE stream otherwise. A failure before the
-    first message is the reply; after it, the stream ends with the error."""
-    try:
+    first message is the reply (with the legacy status rule); after it, the stream ends with the error."""
+    failure = _FAILURES.catching(request.id, request.method, _METHOD_STATUS)
+    with failure:
         first = await anext(messages, None)
-    except ProtocolError as exc:
-        return _method_failure(request.id, exc)
-    except Exception:
-        logger.exception("legacy %s failed", request.method)
-        return _method_failure(request.id, InternalError("Internal error"))
-    if first is None:
-        return JsonReply(200, error_message(request.id, InternalError("Internal error")))
-    if first.get("id") == request.id and ("result" in first or "error" in first):
-        with contextlib.suppress(Exception):
-            await messages.aclose()  # type: ignore[attr-defined]
-        return JsonReply(200, first)
+        if first is None:
+            return JsonReply(200, error_message(request.id, InternalError("Internal error")))
+        if first.get("id") == request.id and ("result" in first or "error" in first):
+            with contextlib.suppress(Exception):
+                await messages.aclose()  # type: ignore[attr-defined]
+            return JsonReply(200, first)
+        return StreamReply(_FAILURES.stream(request.id, request.method, _after(first, messages)))
+    return failure.reply
 
-    async def stream() -> AsyncIterator[Message | None]:
-        yield first
-        try:
-            async for message in messages:
-                yield message
-        except ProtocolError as exc:
-            yield error_message(request.id, exc)
-        except Exception:
-            logger.exception("legacy %s failed", request.method)
-            yield error_message(request.id, InternalError("Internal error"))
 
-    return StreamReply(stream())
+async def _after(first: Message, messages: AsyncIterator[Message]) -> AsyncIterator[Message]:
+    yield first
+    async for message in messages:
+        yield message

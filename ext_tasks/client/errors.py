@@ -4,13 +4,13 @@
 
     ClientError
       RpcError                 the server answered a JSON-RPC error (``code``, ``message``, ``data``)
-        InvalidParams          -32602: unknown tool or task, bad arguments, expired state ...
-        MethodNotFound         -32601
-        InternalError          -32603
-        HeaderMismatch         -32020
-        MissingCapability      -32021: ``required`` names what the request needs
-        UnsupportedVersion     -32022: ``supported`` lists what the server speaks
-        LimitExceeded          a caller's limit (HTTP 429) still reached after the resends
+        RpcInvalidParams       -32602: unknown tool or task, bad arguments, expired state ...
+        RpcMethodNotFound      -32601
+        RpcInternalError       -32603
+        RpcHeaderMismatch      -32020
+        RpcMissingCapability   -32021: ``required`` names what the request needs
+        RpcUnsupportedVersion  -32022: ``supported`` lists what the server speaks
+        RpcLimitExceeded       a caller's limit (HTTP 429) still reached after the resends
         TaskFailed             the task ended ``failed``: its error, and the ``task_id``
       TaskCancelled            the task ended ``cancelled``
       TransportError           no answer: the connection, a timeout or HTTP 5xx, after the resends
@@ -18,6 +18,12 @@
       InvalidResponse          the server answered something the protocol does not allow
       ResponseTooLarge         an answer (a body, or one event of a stream) over ``max_response_bytes``
       DeadlineExceeded         the call's ``deadline_s`` passed first (also a ``TimeoutError``)
+
+Each ``Rpc*`` class is chosen by the code the server sent (the constants of
+``ext_tasks.protocol.errors``, the server's own); the names differ from the server's exception classes
+on purpose. The names without ``Rpc`` (``InvalidParams``, ``MethodNotFound``, ``InternalError``,
+``HeaderMismatch``, ``MissingCapability``, ``UnsupportedVersion``, ``LimitExceeded``) are the same classes,
+kept for the client API the README names.
 
 A ``completed`` task whose result has ``isError: true`` is not an exception: the tool ran and said so,
 and ``call_tool`` returns that result.
@@ -48,23 +54,23 @@ class RpcError(ClientError):
         self.http_status = http_status
 
 
-class InvalidParams(RpcError):
+class RpcInvalidParams(RpcError):
     pass
 
 
-class MethodNotFound(RpcError):
+class RpcMethodNotFound(RpcError):
     pass
 
 
-class InternalError(RpcError):
+class RpcInternalError(RpcError):
     pass
 
 
-class HeaderMismatch(RpcError):
+class RpcHeaderMismatch(RpcError):
     pass
 
 
-class MissingCapability(RpcError):
+class RpcMissingCapability(RpcError):
     @property
     def required(self) -> dict[str, Any]:
         """The capabilities the request needs (``data.requiredCapabilities``), ``{}`` if not said."""
@@ -73,7 +79,7 @@ class MissingCapability(RpcError):
         return dict(required) if isinstance(required, Mapping) else {}
 
 
-class UnsupportedVersion(RpcError):
+class RpcUnsupportedVersion(RpcError):
     @property
     def supported(self) -> list[str]:
         data = self.data if isinstance(self.data, Mapping) else {}
@@ -81,7 +87,7 @@ class UnsupportedVersion(RpcError):
         return [v for v in versions if isinstance(v, str)] if isinstance(versions, list) else []
 
 
-class LimitExceeded(RpcError):
+class RpcLimitExceeded(RpcError):
     pass
 
 
@@ -149,13 +155,13 @@ class DeadlineExceeded(ClientError, TimeoutError):
 
 
 _CLASSES: dict[int, type[RpcError]] = {
-    codes.INVALID_PARAMS: InvalidParams,
-    codes.METHOD_NOT_FOUND: MethodNotFound,
-    codes.INTERNAL_ERROR: InternalError,
-    codes.HEADER_MISMATCH: HeaderMismatch,
-    codes.MISSING_REQUIRED_CLIENT_CAPABILITY: MissingCapability,
-    codes.UNSUPPORTED_PROTOCOL_VERSION: UnsupportedVersion,
-    codes.LIMIT_EXCEEDED: LimitExceeded,
+    codes.INVALID_PARAMS: RpcInvalidParams,
+    codes.METHOD_NOT_FOUND: RpcMethodNotFound,
+    codes.INTERNAL_ERROR: RpcInternalError,
+    codes.HEADER_MISMATCH: RpcHeaderMismatch,
+    codes.MISSING_REQUIRED_CLIENT_CAPABILITY: RpcMissingCapability,
+    codes.UNSUPPORTED_PROTOCOL_VERSION: RpcUnsupportedVersion,
+    codes.LIMIT_EXCEEDED: RpcLimitExceeded,
 }
 
 
@@ -166,3 +172,13 @@ def rpc_error(error: Mapping[str, Any], http_status: int | None = None) -> RpcEr
     message = error.get("message")
     cls = _CLASSES.get(number, RpcError)
     return cls(number, message if isinstance(message, str) else "", error.get("data"), http_status=http_status)
+
+
+# The client API's first names (README), the same classes.
+InvalidParams = RpcInvalidParams
+MethodNotFound = RpcMethodNotFound
+InternalError = RpcInternalError
+HeaderMismatch = RpcHeaderMismatch
+MissingCapability = RpcMissingCapability
+UnsupportedVersion = RpcUnsupportedVersion
+LimitExceeded = RpcLimitExceeded

@@ -30,8 +30,9 @@ def new_histogram() -> HdrHistogram:
 
 
 @dataclass
-class Recorder:
-    window: tuple[float, float] = (0.0, 0.0)
+class Counts:
+    """What one loader, or several merged, counted in the timed window."""
+
     ops: int = 0
     requests: int = 0
     latency: HdrHistogram = field(default_factory=new_histogram)
@@ -39,6 +40,11 @@ class Recorder:
     extra: dict[str, HdrHistogram] = field(default_factory=dict)
     errors: Counter[str] = field(default_factory=Counter)
     error_samples: dict[str, list[str]] = field(default_factory=dict)
+
+
+@dataclass
+class Recorder(Counts):
+    window: tuple[float, float] = (0.0, 0.0)
     #: Every op and error, timed or not (the live progress display counts these).
     seen_ops: int = 0
     seen_errors: int = 0
@@ -94,17 +100,12 @@ def figures_ms(histogram: HdrHistogram) -> dict[str, float]:
     return figures
 
 
-@dataclass
-class Merged:
+class Merged(Counts):
     """Several loaders' counts over the same window."""
 
-    seconds: float
-    ops: int = 0
-    requests: int = 0
-    latency: HdrHistogram = field(default_factory=new_histogram)
-    extra: dict[str, HdrHistogram] = field(default_factory=dict)
-    errors: Counter[str] = field(default_factory=Counter)
-    error_samples: dict[str, list[str]] = field(default_factory=dict)
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
 
     def add(self, part: dict[str, Any]) -> None:
         self.ops += int(part["ops"])

@@ -1,12 +1,20 @@
 """Every protocol failure as a typed exception that knows its JSON-RPC code and its HTTP status.
 
-The tree::
+The tree: each class with its JSON-RPC code, HTTP status and extra headers (a value not written is its
+parent's), and, for a class defined elsewhere, its module. ``tests/unit/test_error_tree.py`` checks it
+against every subclass in ``ext_tasks`` and ``migration`` (a tool author's own subclass, like the one in
+``ext_tasks.examples``, is not the server's and is not drawn)::
 
-    ProtocolError
+    ProtocolError(-32603, 200)
       ParseError(-32700, 400)
       InvalidRequest(-32600, 400)
-        BodyTooLarge(413)
+        BodyTooLarge(413, Connection: close)
         ForbiddenOrigin(403)
+        BodyTimeout(408, Connection: close)                   ext_tasks.watch
+        SessionRequired                                       migration.shim
+        SessionNotFound(404)                                  migration.shim
+      Unauthenticated(-32600, 401, WWW-Authenticate)          ext_tasks.auth.challenge
+      InsufficientScope(-32600, 403, WWW-Authenticate)        ext_tasks.auth.challenge
       LimitExceeded(-31429, 429, Retry-After)
       MethodNotFound(-32601, 404)
       InvalidParams(-32602)
@@ -16,15 +24,25 @@ The tree::
         ResourceNotFound
       InternalError(-32603, 500)
         Busy(503, Retry-After)
+          AuthUnavailable                                     ext_tasks.auth.challenge
+          TaskStoreUnavailable                                ext_tasks.store.connection.errors
+            ReplicasBehind                                    ext_tasks.store.connection.acks
         RequestStateTooLarge(413)
+        UpstreamFailed(502)                                   migration.remote
+          UpstreamTimedOut(504)                               migration.remote
+          UpstreamTooLarge                                    migration.remote
+          UpstreamUnparsable(-32700)                          migration.remote
       HeaderMismatch(-32020, 400)
       MissingClientCapability(-32021, 400)
       UnsupportedProtocolVersion(-32022, 400)
+      RelayedError                                            migration.translate
 
-Raising is the only way the core reports a failure. One place per surface turns these into JSON-RPC
-error responses, with the request id: ``ext_tasks.engine`` for 2026-07-28, ``migration.shim`` for
-2025-11-25 (the HTTP edge answers its own failures, before any surface, through ``JsonReply.error``).
-No JSON-RPC code appears as a literal anywhere else.
+(``RelayedError`` is sent with the code the upstream answered, -32603 if it named none.)
+
+Raising is the only way the core reports a failure. One mapping turns these into JSON-RPC error
+replies, with the request id, ``ext_tasks.failures``: each surface (the engine for 2026-07-28,
+``migration.shim`` for 2025-11-25, the HTTP edge before either, the worker for a task's outcome) answers
+through its guard. No JSON-RPC code appears as a literal anywhere else.
 """
 
 from __future__ import annotations

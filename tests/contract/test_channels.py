@@ -7,6 +7,7 @@ new subscription live at once, not waiting for a confirmation that was taken for
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
@@ -14,6 +15,7 @@ import anyio
 import pytest
 
 from ext_tasks.store.connection.channels import ShardedChannels
+from ext_tasks.store.connection.errors import TaskStoreUnavailable
 from ext_tasks.store.connection.topology import Topology, connect
 from tests.contract.conftest import shared_url
 
@@ -70,3 +72,17 @@ async def test_many_local_subscribers_share_one_subscription(topology: Topology)
         assert channels.channel_count() == 0
     finally:
         await channels.close()
+
+
+async def test_a_closed_channels_object_opens_no_connection_again(topology: Topology) -> None:
+    """A subscriber arriving after close (a run's watcher, late in a shutdown) is refused, and leaves
+    no connection and no reader behind the closed store."""
+    channels = ShardedChannels(topology)
+    async with channels.subscribe("contract-channels:{late}:bus") as live:
+        assert await live.get() is None
+    await channels.close()
+    with pytest.raises(TaskStoreUnavailable):
+        async with channels.subscribe("contract-channels:{late}:bus"):
+            pass
+    assert channels.connection_count() == 0
+    assert [task for task in asyncio.all_tasks() if task.get_name().startswith("ext-tasks-pubsub")] == []

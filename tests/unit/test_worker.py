@@ -8,6 +8,7 @@ store to commit a status (``WatchedStore.wait_for``), each wait bounded by ``any
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 from collections.abc import AsyncIterator
@@ -28,7 +29,7 @@ from ext_tasks.protocol.requests import PARSERS, Call
 from ext_tasks.protocol.states import TaskStatus
 from ext_tasks.protocol.tasks import TaskRecord, detailed_task_wire
 from ext_tasks.protocol.versions import MODERN_2026_07_28
-from ext_tasks.store.base import Run
+from ext_tasks.store.base import Run, WatchItem
 from ext_tasks.store.memory import MemoryTaskStore
 from ext_tasks.task_methods import TaskMethods
 from ext_tasks.worker import Worker, run_envelope
@@ -770,3 +771,41 @@ async def test_a_run_sees_the_capabilities_its_record_stored_and_no_stream() -> 
     assert envelope.client_capabilities == {"elicitation": {"form": {}}}
     assert envelope.protocol_version == MODERN_2026_07_28
     assert not envelope.wants_stream()
+
+
+class CancellationLosingStore(WatchedStore):
+    """Loses the cancellation a run's end sends its watcher while the watcher subscribes, as a
+    Sentinel-acknowledged Valkey store did, rarely, under load (the watcher then waited for changes
+    forever, and the event loop's shutdown with it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.subscribing = anyio.Event()
+        self.lost = 0
+
+    @asynccontextmanager
+    async def watch(self, task_id: str) -> AsyncIterator[asyncio.Queue[WatchItem]]:
+        async with super().watch(task_id) as changes:
+            self.subscribing.set()
+            try:
+                await asyncio.Event().wait()  # until the run's end cancels the watcher
+            except asyncio.CancelledError:
+                self.lost += 1  # and not raised again: lost
+            yield changes
+
+
+async def test_a_watcher_ends_with_its_run_even_when_its_cancellation_was_lost(
+    registry: ToolRegistry, probe: Probe
+) -> None:
+    store = CancellationLosingStore()
+    worker = Worker(store, registry, WorkerOptions(block_ms=50), clock_ms=lambda: T0_MS + 1_000)
+    async with running(worker):
+        task_id = await add_task(store, "stubborn")
+        with anyio.fail_after(WAIT_S):
+            await store.subscribing.wait()
+        (watcher,) = [task for task in asyncio.all_tasks() if task.get_name() == f"ext-tasks-watch-{task_id}"]
+        probe.release.set()
+        await store.wait_for(task_id, TaskStatus.COMPLETED)
+        ended, _ = await asyncio.wait({watcher}, timeout=WAIT_S)
+    assert store.lost == 1
+    assert ended == {watcher}

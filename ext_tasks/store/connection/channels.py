@@ -48,6 +48,9 @@ class ShardedChannels:
         self._links: dict[Endpoint, _Link] = {}
         self._home: dict[str, _Link] = {}
         self._rehoming: dict[str, asyncio.Task[None]] = {}
+        #: Set by :meth:`close`: no link is opened again afterwards (a late subscriber, or a link lost
+        #: while closing, would otherwise leave a connection and its reader behind the closed store).
+        self._closed = False
 
     @contextlib.asynccontextmanager
     async def subscribe(
@@ -55,6 +58,8 @@ class ShardedChannels:
     ) -> AsyncIterator[asyncio.Queue[Any]]:
         """A queue of ``live`` (``None`` unless asked otherwise) whenever the subscription is live
         (again), and ``decode(data)`` of each message."""
+        if self._closed:
+            raise TaskStoreUnavailable("task store unavailable: closed")
         queue: asyncio.Queue[Any] = asyncio.Queue(_QUEUE_SIZE)
         local = self._subscribers.setdefault(channel, {})
         local[queue] = (decode, live)
@@ -80,6 +85,7 @@ class ShardedChannels:
         return sum(1 for link in self._links.values() if link.connected)
 
     async def close(self) -> None:
+        self._closed = True
         for task in self._rehoming.values():
             task.cancel()
         self._rehoming.clear()
@@ -92,6 +98,8 @@ class ShardedChannels:
         link = self._home.get(channel)
         if link is None:
             endpoint = await self._topology.endpoint_for(channel)
+            if self._closed:  # closed while asking where the channel lives
+                raise TaskStoreUnavailable("task store unavailable: closed")
             link = self._links.get(endpoint)
             if link is None:
                 link = self._links[endpoint] = _Link(self, endpoint)
@@ -119,7 +127,7 @@ class ShardedChannels:
 
     def _rehome(self, channel: str) -> None:
         self._home.pop(channel, None)
-        if channel in self._subscribers and channel not in self._rehoming:
+        if channel in self._subscribers and channel not in self._rehoming and not self._closed:
             self._rehoming[channel] = asyncio.create_task(self._subscribe_again(channel), name="ext-tasks-resubscribe")
 
     async def _subscribe_again(self, channel: str) -> None:
