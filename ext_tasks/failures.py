@@ -17,8 +17,9 @@ The places that turn an exception into a reply are these four (``tests/unit/test
   checks before any surface;
 - :meth:`Guard.stream`, a stream that breaks off ends with the error as its last message: the shim's, the
   proxy's;
-- the worker's run of a tool (``ext_tasks.worker``), where a failure becomes the task's ``failed``
-  outcome through :meth:`Guard.error`;
+- the worker's run of a tool (``ext_tasks.worker``), where a tool's ``ProtocolError`` becomes the task's
+  ``failed`` outcome with its own JSON-RPC error (anything else fails the worker's run, which is
+  reclaimed: nothing to classify there);
 - the HTTP edge's answer to the framework's own refusals on its other routes (``ext_tasks.http``).
 """
 

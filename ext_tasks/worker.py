@@ -42,7 +42,6 @@ import msgspec
 from .auth import principal_from_grant
 from .clock import now_ms
 from .context import Context, InputRequired, missing_capabilities
-from .failures import Guard
 from .invoke import invoke_tool
 from .lifecycle import task_event
 from .metrics import LEASE_RECLAIMS, QUEUE_DEPTH
@@ -65,8 +64,6 @@ from .store.base import Broadcast, Records, Run, RunQueue, TaskStoreUnavailable,
 from .tools import ToolRegistry
 
 logger = logging.getLogger("ext_tasks.worker")
-#: A run's failure as the task's ``failed`` outcome (see :mod:`.failures`).
-_FAILURES: Final = Guard(logger, "task %s failed")
 
 _encoder: Final = msgspec.json.Encoder()
 #: How long a run goes before it watches its task for a cancellation.
@@ -391,10 +388,9 @@ class Worker:
             requests = {key: request.to_wire() for key, request in asked.requests.items()}
             return TaskEvent.INPUT_REQUESTED, input_requested(holder.working, requests, state, self._clock_ms())
         except ProtocolError as exc:
-            # The run's failure is the task's outcome, classified as every surface's failure is. Only a
-            # ProtocolError: anything else is a failure of this worker, and the run is reclaimed.
-            error = _FAILURES.error(exc, record.task_id).to_error()
-            return TaskEvent.FAILED, failed(holder.working, error, self._clock_ms())
+            # A tool's protocol failure is the task's outcome, with its own code and message. Anything
+            # else is a failure of this worker: the run is reclaimed (``_execute_and_ack``).
+            return TaskEvent.FAILED, failed(holder.working, exc.to_error(), self._clock_ms())
         size = len(_encoder.encode(result))
         if size > self.options.max_result_bytes:
             logger.warning("tool %s returned %d bytes for task %s: too large to keep", tool.name, size, record.task_id)
