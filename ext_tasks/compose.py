@@ -23,6 +23,7 @@ from migration.sessions import MemorySessionStore, SessionStore
 from migration.shim import LegacyShim, ShimOptions
 from migration.upstream import EngineUpstream, HttpUpstream, ModernUpstream
 
+from . import tracing
 from .auth import AnonymousAuthenticator, Authenticator, BearerTokenAuthenticator
 from .auth.oauth import OAuthAuthenticator
 from .config import ConfigError, Settings
@@ -61,6 +62,19 @@ def load_registry(module_name: str) -> ToolRegistry:
     if len(registries) != 1:
         raise ConfigError(f"module {module_name!r} must define `registry = ToolRegistry(...)`")
     return registries[0]
+
+
+def start_tracing(service_name: str) -> bool:
+    """Tracing on for this process if the ``OTEL_*`` variables ask for it (``ext_tasks.tracing``)."""
+    try:
+        return tracing.configure(service_name)
+    except tracing.TracingUnavailable as exc:
+        raise ConfigError(str(exc)) from None
+
+
+async def stop_tracing() -> None:
+    """Export the spans still batched (a process stopping; a SIGKILLed one loses them)."""
+    await asyncio.to_thread(tracing.shutdown)
 
 
 def build_codec(settings: Settings, audience: str) -> ResumeCodec:
@@ -227,6 +241,7 @@ class Runtime:
 
     def __init__(self, registry: ToolRegistry, settings: Settings, *, serve_requests: bool = True) -> None:
         self.settings = settings
+        self._traced = start_tracing("ext-tasks")
         self._valkey = SharedValkey(settings) if settings.valkey_url is not None else None
         if self._valkey is None:
             STORE_ACCEPTS_WRITES.set(1)  # the in-memory store always does; a Valkey's is read (StoreHealth)
@@ -318,6 +333,8 @@ class Runtime:
         await self.store.close()
         if self._valkey is not None:
             await self._valkey.close()
+        if self._traced:
+            await stop_tracing()
 
 
 def serve_app(settings: Settings) -> tuple[Runtime, App]:
@@ -346,6 +363,7 @@ def proxy_app(settings: Settings, upstream_url: str, version: str) -> App:
     modern requests passed through unchanged."""
     from .http import create_app
 
+    traced = start_tracing("ext-tasks-proxy")
     upstream = HttpUpstream(upstream_url, reading=Reading(settings.proxy))
     shared = SharedValkey(settings) if settings.valkey_url is not None else None
     sessions = build_sessions(settings, shared)
@@ -357,6 +375,8 @@ def proxy_app(settings: Settings, upstream_url: str, version: str) -> App:
         if shared is not None:
             await shared.close()
         await upstream.close()
+        if traced:
+            await stop_tracing()
 
     router = EraRouter(ForwardingHandler(upstream), shim)
     authenticator = build_authenticator(settings)

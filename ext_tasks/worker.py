@@ -35,10 +35,11 @@ import os
 import socket
 import time
 from collections.abc import Awaitable, Callable
-from typing import Final, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
 import msgspec
 
+from . import tracing
 from .auth import principal_from_grant
 from .clock import now_ms
 from .context import Context, InputRequired, missing_capabilities
@@ -63,6 +64,9 @@ from .protocol.versions import MODERN_2026_07_28
 from .store.base import Broadcast, Records, Run, RunQueue, TaskStoreUnavailable, WatchItem
 from .tools import ToolRegistry
 
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
+
 logger = logging.getLogger("ext_tasks.worker")
 
 _encoder: Final = msgspec.json.Encoder()
@@ -72,6 +76,13 @@ WATCH_AFTER_S: Final = 0.05
 _DEPTH_EVERY_S: Final = 15.0
 #: What a run ended with: the table's event, and the record after it.
 _Outcome = tuple[TaskEvent, TaskRecord]
+#: A run's outcome as its span's event names it.
+_OUTCOMES: Final = {
+    TaskEvent.SUCCEEDED: "completed",
+    TaskEvent.FAILED: "failed",
+    TaskEvent.INPUT_REQUESTED: "input_required",
+    TaskEvent.RERUN_REQUESTED: "rerun",
+}
 
 
 def run_envelope(record: TaskRecord) -> Envelope:
@@ -189,10 +200,12 @@ class Worker:
                 await asyncio.wait([task for _, task in self._running.values()], return_when=asyncio.FIRST_COMPLETED)
                 continue
             runs: list[Run] = []
+            reclaimed = 0
             try:
                 if time.monotonic() >= next_reclaim:
                     next_reclaim = time.monotonic() + self.options.lease_s / 2
                     runs = await self.store.reclaim(self.consumer, lease_ms, free)
+                    reclaimed = len(runs)
                     if runs:
                         LEASE_RECLAIMS.inc(len(runs))
                         logger.warning("reclaimed %d run(s) whose worker stopped", len(runs))
@@ -206,16 +219,16 @@ class Worker:
             except TaskStoreUnavailable as exc:
                 logger.warning("task store unavailable (%s); retrying in 1s", exc.detail)
                 await asyncio.sleep(1.0)
-            for run in runs:
-                self._spawn(run)
+            for index, run in enumerate(runs):
+                self._spawn(run, reclaimed=index < reclaimed)
 
-    def _spawn(self, run: Run) -> None:
+    def _spawn(self, run: Run, *, reclaimed: bool = False) -> None:
         key = (run.task_id, run.delivery)
         if key in self._running:
             # Our own run, handed back to us by a reclaim while it still runs here (a heartbeat was
             # late): the running execution goes on and acknowledges it; a second one would only race it.
             return
-        task = asyncio.create_task(self._execute_and_ack(run), name=f"ext-tasks-run-{run.task_id}")
+        task = asyncio.create_task(self._execute_and_ack(run, reclaimed), name=f"ext-tasks-run-{run.task_id}")
         watcher = asyncio.create_task(self._stop_when_cancelled(run, task), name=f"ext-tasks-watch-{run.task_id}")
         self._running[key] = (run, task)
 
@@ -281,8 +294,8 @@ class Worker:
 
     # --- one run ----------------------------------------------------------------------------------
 
-    async def _execute_and_ack(self, run: Run) -> None:
-        holder = _Current(run)
+    async def _execute_and_ack(self, run: Run, reclaimed: bool = False) -> None:
+        holder = _Current(run, reclaimed)
         try:
             await self._execute(holder)
             if holder.acknowledged:
@@ -314,6 +327,25 @@ class Worker:
         if not isinstance(record, TaskRecord) or record.status is not TaskStatus.WORKING:
             return None
         holder.stored = record
+        tracer = tracing.active()
+        if tracer is None:
+            return await self._attempt(holder, record)
+        span = tracing.run_span(
+            tracer,
+            task_id=record.task_id,
+            tool=record.tool,
+            attempt=run.attempt,
+            reclaimed=holder.reclaimed,
+            trace_context=record.trace_context,
+        )
+        try:
+            return await tracing.within(span, self._attempt(holder, record, span))
+        finally:
+            span.end()
+
+    async def _attempt(self, holder: _Current, record: TaskRecord, span: Span | None = None) -> TaskRecord | None:
+        """The run's attempt on ``record`` (read, working): the tool's outcome committed."""
+        run = holder.run
         interrupted = run.attempt - 1
         if interrupted >= self.options.max_attempts:
             error = InternalError(f"The task's run was interrupted {interrupted} times; giving up").to_error()
@@ -321,6 +353,8 @@ class Worker:
             if not await self._commit(holder, outcome):
                 return None
             task_event(record.status, TaskEvent.FAILED, outcome, attempts=interrupted)
+            if span is not None:
+                tracing.run_outcome(span, "failed", run.attempt, outcome.error)
             return outcome
         task_event(record.status, TaskEvent.RUN_STARTED, holder.working, attempt=run.attempt)
         event, outcome = await self._outcome(holder)
@@ -329,7 +363,11 @@ class Worker:
         status = record.status
         if await self._commit(holder, outcome, enqueue=rerun):
             task_event(status, event, outcome, attempt=run.attempt)
+            if span is not None:
+                tracing.run_outcome(span, _OUTCOMES[event], run.attempt, outcome.error)
             return outcome
+        if span is not None:  # the task changed meanwhile (cancelled): this outcome is dropped
+            tracing.run_outcome(span, "superseded", run.attempt)
         return None
 
     async def _commit(self, holder: _Current, outcome: TaskRecord, *, enqueue: bool = False) -> bool:
@@ -404,8 +442,10 @@ class _Current:
     """One run in progress: the record as last committed (status messages bump it), and whether the
     run was acknowledged with its outcome."""
 
-    def __init__(self, run: Run) -> None:
+    def __init__(self, run: Run, reclaimed: bool = False) -> None:
         self.run = run
+        #: Taken over from a worker that stopped heartbeating it (a crash), not from the queue.
+        self.reclaimed = reclaimed
         self.stored: TaskRecord | None = None
         self.acknowledged = False
 

@@ -76,6 +76,10 @@ class TaskRecord(msgspec.Struct, frozen=True):
     #: JSON text read only when a run starts, so the tool sees the same ``ctx.principal`` on whichever
     #: worker runs it; ``None`` for a static token.
     grant: str | None = None
+    #: The creating request's span context as a W3C ``traceparent`` (55 characters), kept only when
+    #: tracing is on (``ext_tasks.tracing``): each run attempt's span continues it and links to it, and
+    #: ``tasks/*`` spans link to it. Its trace id (characters 3 to 35) names the task's trace.
+    trace_context: str | None = None
 
     @property
     def expires_at_ms(self) -> int | None:
@@ -108,6 +112,8 @@ def stored_bytes(record: TaskRecord) -> int:
     )
     if record.grant is not None:
         size += len(record.grant.encode())
+    if record.trace_context is not None:
+        size += len(record.trace_context)
     return size + sum(len(_encoder.encode(part)) for part in structured if part)
 
 
