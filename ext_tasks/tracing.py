@@ -226,7 +226,11 @@ def parent_of(
         extracted = propagate.extract(headers, getter=_HEADER_GETTER)
         from_headers = extracted if _valid(extracted) else None
     if from_meta is not None:
-        link = Link(trace.get_current_span(from_headers).get_span_context()) if from_headers is not None else None
+        link = None
+        if from_headers is not None:
+            ambient = trace.get_current_span(from_headers).get_span_context()
+            if ambient != trace.get_current_span(from_meta).get_span_context():  # a proxy sends both alike
+                link = Link(ambient)
         return from_meta, link
     return from_headers, None
 
