@@ -166,7 +166,7 @@ class Engine:
         headers: Headers | None = None,
     ) -> Reply:
         started = time.perf_counter()
-        tracer = tracing.active()
+        tracer = tracing.tracer
         if tracer is None:
             reply = await self._dispatch(request, envelope, principal, own_wait)
         else:

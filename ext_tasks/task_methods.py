@@ -166,7 +166,7 @@ class TaskMethods:
         check_size("capability", capabilities, MAX_CAPABILITY_BYTES, "")
         check_size("answer", answers or {}, options.max_answer_bytes, "EXT_TASKS_MAX_ANSWER_BYTES")
         now = self._clock_ms()
-        traced = tracing.active() is not None
+        traced = tracing.tracer is not None
         ttl_ms = self.ttl_for(tool, envelope.ttl_hint_ms)
         claim = None
         if envelope.idempotency_key is not None:
@@ -229,7 +229,7 @@ class TaskMethods:
         """The caller's task (``again``: read again after a lost race, already linked to)."""
         found = await self.store.lookup(task_id)
         if isinstance(found, TaskRecord) and found.owner == principal.id:
-            if not again and tracing.active() is not None:  # tasks/get|update|cancel link to the task's trace
+            if not again and tracing.tracer is not None:  # tasks/get|update|cancel link to the task's trace
                 tracing.add_task_link(found.trace_context, found.task_id)
             return found
         if isinstance(found, Expired) and found.owner == principal.id:

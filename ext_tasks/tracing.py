@@ -72,14 +72,16 @@ _SCOPE: Final = "ext_tasks"
 
 R = TypeVar("R")
 
-_tracer: Tracer | None = None
+#: The tracer when tracing is on, else ``None``: the one check every traced place makes, read as
+#: ``tracing.tracer`` (an attribute read, cheaper than a call; never imported by name, which would copy it).
+tracer: Tracer | None = None
 _provider: Any = None
 _lock = threading.Lock()
 
 
 def active() -> Tracer | None:
-    """The tracer when tracing is on, else ``None``: the one check every traced place makes."""
-    return _tracer
+    """The tracer when tracing is on, else ``None`` (:data:`tracer`, for callers off the hot path)."""
+    return tracer
 
 
 class TracingUnavailable(RuntimeError):
@@ -99,7 +101,8 @@ def wanted(environ: Mapping[str, str] | None = None) -> bool:
 
 
 def configure(service_name: str = "ext-tasks", environ: Mapping[str, str] | None = None) -> bool:
-    """Turn tracing on for this process if the variables ask for it (once; later calls only answer).
+    """Turn tracing on for this process if the variables ask for it: ``True`` when this call did (the
+    caller then calls :func:`shutdown` when it stops), ``False`` when they do not ask or it already is.
 
     The SDK's tracer provider reads the sampler (``OTEL_TRACES_SAMPLER[_ARG]``), the resource
     (``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``; ``service_name`` when neither names the
@@ -108,8 +111,8 @@ def configure(service_name: str = "ext-tasks", environ: Mapping[str, str] | None
     global _provider
     env = os.environ if environ is None else environ
     with _lock:
-        if _tracer is not None:
-            return True
+        if tracer is not None:
+            return False
         if not wanted(env):
             return False
         try:
@@ -149,18 +152,18 @@ def configure(service_name: str = "ext-tasks", environ: Mapping[str, str] | None
 
 
 def _install(provider: Any) -> None:
-    global _tracer, _provider
+    global tracer, _provider
     _provider = provider
-    _tracer = provider.get_tracer(_SCOPE)
+    tracer = provider.get_tracer(_SCOPE)
 
 
 def use_provider(provider: Any | None) -> None:
     """Trace with ``provider`` (an SDK ``TracerProvider``; tests give one with an in-memory exporter),
     or turn tracing off (``None``)."""
-    global _tracer, _provider
+    global tracer, _provider
     with _lock:
         if provider is None:
-            _tracer = None
+            tracer = None
             _provider = None
         else:
             _install(provider)
@@ -254,7 +257,7 @@ def valid_traceparent(value: object) -> str | None:
 def current_traceparent() -> str | None:
     """The current span's context as a ``traceparent`` (``None`` when tracing is off or no span is
     current): what a task keeps of the request that creates it."""
-    if _tracer is None:
+    if tracer is None:
         return None
     carrier: dict[str, str] = {}
     propagate.inject(carrier)
@@ -518,7 +521,6 @@ def client_span(tracer: Tracer, method: str, params: Mapping[str, Any]) -> Start
 async def root_span(name: str, work: Awaitable[R]) -> R:
     """``work`` under one span named ``name`` when tracing is on (a command: every request it sends is
     in one trace), else just ``work``."""
-    tracer = _tracer
     if tracer is None:
         return await work
     span = tracer.start_span(name, kind=SpanKind.INTERNAL)

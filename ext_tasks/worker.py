@@ -327,7 +327,7 @@ class Worker:
         if not isinstance(record, TaskRecord) or record.status is not TaskStatus.WORKING:
             return None
         holder.stored = record
-        tracer = tracing.active()
+        tracer = tracing.tracer
         if tracer is None:
             return await self._attempt(holder, record)
         span = tracing.run_span(

@@ -42,7 +42,7 @@ class ForwardingHandler:
         return await self.handle(encode(to_wire(message)), headers, principal)
 
     async def handle(self, body: bytes, headers: Mapping[str, Sequence[str]], principal: Principal) -> Reply:
-        tracer = tracing.active()
+        tracer = tracing.tracer
         if tracer is not None:
             request = _request_of(body)
             if request is not None:

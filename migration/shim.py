@@ -155,7 +155,7 @@ class LegacyShim:
         self, message: Request | Notification | Response, headers: Mapping[str, Sequence[str]], caller: Caller
     ) -> Reply:
         """A message already decoded (the era router decodes a body once to tell the eras apart)."""
-        tracer = tracing.active()
+        tracer = tracing.tracer
         if tracer is not None and isinstance(message, Request):
             return await tracing.traced_reply(_span(tracer, message, headers), self._guarded(message, headers, caller))
         return await self._guarded(message, headers, caller)

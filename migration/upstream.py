@@ -149,7 +149,7 @@ class HttpUpstream:
         if caller.authorization is not None:
             headers["Authorization"] = caller.authorization
         body = call.body()
-        if tracing.active() is not None:  # the legacy request's span is the upstream request's parent
+        if tracing.tracer is not None:  # the legacy request's span is the upstream request's parent
             tracing.inject(body["params"]["_meta"])
             tracing.inject(headers)
         response = await self.reading.open(call.method, self.url, headers, encode(body))

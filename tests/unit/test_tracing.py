@@ -342,3 +342,22 @@ async def test_the_client_sends_the_current_context_in_meta(exporter: InMemorySp
     assert client_span.context is not None
     expected = f"00-{application.get_span_context().trace_id:032x}-{client_span.context.span_id:016x}-"
     assert sent.startswith(expected) and tracing.valid_traceparent(sent) == sent
+
+
+def test_configure_installs_once_and_refuses_what_it_cannot_export() -> None:
+    assert tracing.active() is None
+    try:
+        assert tracing.configure("t", {"OTEL_TRACES_EXPORTER": "console"}) is True
+        assert tracing.active() is not None
+        assert tracing.configure("t", {"OTEL_TRACES_EXPORTER": "console"}) is False  # already on
+    finally:
+        tracing.shutdown()
+        tracing.use_provider(None)
+    for environ in (
+        {"OTEL_TRACES_EXPORTER": "zipkin"},
+        {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"},
+    ):
+        with pytest.raises(tracing.TracingUnavailable):
+            tracing.configure("t", environ)
+        assert tracing.active() is None
+    assert tracing.configure("t", {}) is False and tracing.active() is None
