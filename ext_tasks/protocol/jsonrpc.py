@@ -196,7 +196,7 @@ def error_message(request_id: RequestId | None, error: ProtocolError) -> dict[st
     return message
 
 
-def notification_message(method: str, params: dict[str, Any]) -> dict[str, Any]:
+def notification_message(method: str, params: dict[str, Any] | msgspec.Struct) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "method": method, "params": params}
 
 
