@@ -22,7 +22,7 @@ from ext_tasks.auth import Caller
 from ext_tasks.clock import now_ms
 from ext_tasks.protocol.errors import InvalidParams, ProtocolError
 from ext_tasks.protocol.jsonrpc import Request, notification_message, result_message
-from ext_tasks.protocol.result_types import DetailedTask, TypedResult
+from ext_tasks.protocol.result_types import DetailedTask, ErrorObject, TypedResult
 from ext_tasks.protocol.resume import Binding, ResumeCodec
 from ext_tasks.waits import WaitLimit
 
@@ -342,23 +342,25 @@ class LegacyTasks:
             logger.warning(
                 "a legacy client's answer to task %s was refused (%s %s); cancelling the task",
                 answer.task_id,
-                refused.get("code"),
-                refused.get("message"),
+                refused.code,
+                refused.message,
             )
         task = await self.task(session, answer.task_id, caller)
         if answer.key in (task.input_requests or {}):
             cancel = self._modern(session, "tasks/cancel", {"taskId": answer.task_id}, tasks=True)
             await self._final(cancel, caller)
 
-    async def _update(self, session: LegacySession, caller: Caller, update: Mapping[str, Any]) -> Message | None:
+    async def _update(
+        self, session: LegacySession, caller: Caller, update: Mapping[str, Any]
+    ) -> ErrorObject | None:
         """``tasks/update``; the error it still answers after ``_UPDATE_TRIES`` (a "retry later" is tried
         again after its ``retryAfterSeconds``, at most ``_UPDATE_PAUSE_S``), ``None`` once it is taken."""
         for attempt in range(_UPDATE_TRIES):
             final = await self._final(self._modern(session, "tasks/update", dict(update), tasks=True), caller)
             error = final.get("error")
-            if not isinstance(error, dict):
+            if not isinstance(error, ErrorObject):
                 return None
-            retry_after = (error.get("data") or {}).get("retryAfterSeconds")
+            retry_after = error.data.get("retryAfterSeconds") if isinstance(error.data, dict) else None
             if not isinstance(retry_after, int) or attempt == _UPDATE_TRIES - 1:
                 return error
             await asyncio.sleep(min(max(retry_after, 0), _UPDATE_PAUSE_S))

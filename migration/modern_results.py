@@ -19,6 +19,7 @@ from ext_tasks.protocol.result_types import (
     CompleteResult,
     CreateTaskResult,
     DetailedTask,
+    ErrorObject,
     GetPromptResult,
     GetTaskResult,
     InputRequiredResult,
@@ -64,11 +65,24 @@ def typed_result(method: str, result: object) -> TypedResult:
     return typed
 
 
+def typed_error(error: object) -> ErrorObject:
+    """A JSON-RPC ``error`` member as an :class:`ErrorObject` (the engine's is one already)."""
+    if isinstance(error, ErrorObject):
+        return error
+    try:
+        return msgspec.convert(error, ErrorObject)
+    except msgspec.ValidationError as exc:
+        raise UpstreamFailed(f"Upstream answered with a malformed error: {exc}") from None
+
+
 def typed_response(method: str, message: Message) -> Message:
-    """A response message with its ``result`` typed (see :func:`typed_result`); any other message as it is."""
-    if "result" not in message:
-        return message
-    return {**message, "result": typed_result(method, message["result"])}
+    """A response message with its ``result`` or ``error`` typed (see :func:`typed_result`); any other
+    message as it is."""
+    if "result" in message:
+        return {**message, "result": typed_result(method, message["result"])}
+    if "error" in message:
+        return {**message, "error": typed_error(message["error"])}
+    return message
 
 
 def detailed_task(value: object) -> DetailedTask | None:

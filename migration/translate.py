@@ -22,7 +22,7 @@ from ext_tasks.protocol.errors import (
     MethodNotFound,
     ProtocolError,
 )
-from ext_tasks.protocol.result_types import DetailedTask, Task, TypedResult
+from ext_tasks.protocol.result_types import DetailedTask, ErrorObject, Task, TypedResult
 from ext_tasks.protocol.states import LEGACY_STATUS, LEGACY_TERMINAL, TaskStatus
 from ext_tasks.protocol.states import legacy_status as legacy_status_of
 from ext_tasks.protocol.tasks import EXTENSION_ID, bounded_status
@@ -207,41 +207,36 @@ def legacy_notification(message: dict[str, Any]) -> dict[str, Any]:
     return {**message, "params": params}
 
 
-def legacy_error(error: Mapping[str, Any]) -> ProtocolError:
+def legacy_error(error: ErrorObject) -> ProtocolError:
     """A modern error as the legacy era says it (no -320xx codes a 2025-11-25 client does not know).
 
     A "retry later" (a limit, -31429, or the store, -32603, with ``data.retryAfterSeconds``) stays one:
     raised, it is answered HTTP 429 or 503 with ``Retry-After``, as the engine answers it."""
-    found = error.get("data")
-    data: Mapping[str, Any] = found if isinstance(found, dict) else {}
+    data: Mapping[str, Any] = error.data if isinstance(error.data, dict) else {}
     required = data.get("requiredCapabilities")
-    code = error.get("code")
-    if code == MISSING_REQUIRED_CLIENT_CAPABILITY and isinstance(required, dict):
+    if error.code == MISSING_REQUIRED_CLIENT_CAPABILITY and isinstance(required, dict):
         if EXTENSION_ID in (required.get("extensions") or {}):
             # 2025-11-25, tools section: a task-required tool called without augmentation gets -32601.
             return MethodNotFound("Task augmentation required for tools/call requests")
         return InvalidRequest(f"The client did not declare a capability this request needs: {', '.join(required)}")
     retry_after = data.get("retryAfterSeconds")
     if isinstance(retry_after, int) and not isinstance(retry_after, bool) and retry_after > 0:
-        message = str(error.get("message", "Retry later"))
-        if code == LIMIT_EXCEEDED:
-            return LimitExceeded(message, limit=str(data.get("limit", "")), retry_after_s=retry_after)
-        if code == INTERNAL_ERROR:
-            return Busy(message)
+        if error.code == LIMIT_EXCEEDED:
+            return LimitExceeded(error.message, limit=str(data.get("limit", "")), retry_after_s=retry_after)
+        if error.code == INTERNAL_ERROR:
+            return Busy(error.message)
     return RelayedError(error)
 
 
 class RelayedError(ProtocolError):
     """An error the upstream answered, passed on with its own code."""
 
-    def __init__(self, error: Mapping[str, Any]) -> None:
-        data = error.get("data")
-        super().__init__(str(error.get("message", "Error")), data=data if isinstance(data, dict) else None)
-        code = error.get("code")
-        self.relayed_code = code if isinstance(code, int) and not isinstance(code, bool) else INTERNAL_ERROR
+    def __init__(self, error: ErrorObject) -> None:
+        super().__init__(error.message, data=error.data if isinstance(error.data, dict) else None)
+        self.relayed_code = error.code
 
-    def to_error(self) -> dict[str, Any]:
-        return {**super().to_error(), "code": self.relayed_code}
+    def error_object(self) -> ErrorObject:
+        return msgspec.structs.replace(super().error_object(), code=self.relayed_code)
 
 
 def required_string(params: Mapping[str, Any], name: str) -> str:

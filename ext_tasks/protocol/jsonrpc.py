@@ -188,7 +188,7 @@ def result_message(request_id: RequestId, result: dict[str, Any] | msgspec.Struc
 
 
 def error_message(request_id: RequestId | None, error: ProtocolError) -> dict[str, Any]:
-    message: dict[str, Any] = {"jsonrpc": "2.0", "error": error.to_error()}
+    message: dict[str, Any] = {"jsonrpc": "2.0", "error": error.error_object()}
     if request_id is not None:
         message["id"] = request_id
     else:

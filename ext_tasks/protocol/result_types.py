@@ -132,5 +132,15 @@ class GetTaskResult(DetailedTask, tag_field="resultType", tag="complete"):
     meta: Meta | UnsetType = msgspec.field(default=UNSET, name="_meta")
 
 
+class ErrorObject(msgspec.Struct, omit_defaults=True):
+    """A JSON-RPC ``error`` member: how every failure is told (``ProtocolError.error_object``), and how the
+    shim reads another server's. ``data`` is what the failure adds (a limit and when to retry, the
+    capabilities a request needed, the sizes it went over); JSON-RPC lets it be any value."""
+
+    code: int
+    message: str
+    data: Any | UnsetType = UNSET
+
+
 #: Every typed result: each has ``meta`` for the engine to fill.
 TypedResult: TypeAlias = Complete | InputRequiredResult | CreateTaskResult | GetTaskResult

@@ -8,7 +8,7 @@ import msgspec
 import pytest
 
 from ext_tasks.protocol.errors import INTERNAL_ERROR, INVALID_PARAMS, LIMIT_EXCEEDED
-from ext_tasks.protocol.result_types import CreateTaskResult, DetailedTask
+from ext_tasks.protocol.result_types import CreateTaskResult, DetailedTask, ErrorObject
 from migration.router import classify
 from migration.translate import (
     answer_from_legacy_response,
@@ -255,7 +255,7 @@ def test_era_routing(headers: dict[str, list[str]], body: bytes, era: str) -> No
 def test_upstream_errors_keep_their_retry_later(
     modern: dict[str, Any], status: int, headers: dict[str, str], code: int
 ) -> None:
-    error = legacy_error(modern)
+    error = legacy_error(msgspec.convert(modern, ErrorObject))
 
     assert (error.http_status, error.http_headers(), error.to_error()["code"]) == (status, headers, code)
     assert error.to_error()["message"] == modern["message"]
