@@ -19,10 +19,10 @@ from ext_tasks.engine import Engine
 from ext_tasks.options import LegacyOptions, TaskOptions, WorkerOptions
 from ext_tasks.protocol.errors import INTERNAL_ERROR, INVALID_PARAMS, LIMIT_EXCEEDED
 from ext_tasks.protocol.jsonrpc import encode
+from ext_tasks.protocol.params import MAX_LISTEN_TASK_IDS, MAX_WATCHED_ID_CHARS
 from ext_tasks.protocol.resume import ResumeCodec
 from ext_tasks.protocol.states import TaskStatus
 from ext_tasks.protocol.tasks import TaskRecord
-from ext_tasks.protocol.wire import MAX_LISTEN_TASK_IDS, MAX_WATCHED_ID_CHARS
 from ext_tasks.replies import JsonReply, StreamReply
 from ext_tasks.store.base import TOMBSTONE_MS, IdempotencyClaim
 from ext_tasks.store.ceilings import within_ceiling
