@@ -67,6 +67,7 @@ function showTasks(tasks, now) {
     row.append(
       text("td", task.taskId),
       text("td", task.status, "status status-" + task.status),
+      text("td", task.statusMessage, "message"),
       text("td", task.tool),
       text("td", task.principal),
       text("td", seconds(task.ageMs)),

@@ -3,6 +3,7 @@
 - ``sleepy``: sleeps ``seconds`` inside a task, its ``statusMessage`` naming its pid first.
 - ``asks``: asks one question inside the task, so it waits ``input_required``.
 - ``breaks``: fails with a JSON-RPC error (the task ends ``failed``, its last error kept).
+- ``instant``: returns at once (the benchmark's ``lifecycle`` task, for the command budget).
 """
 
 from __future__ import annotations
@@ -33,3 +34,8 @@ async def asks(ctx: Context) -> str:
 @registry.tool(task="required", description="Fail with a JSON-RPC error naming `reason`.")
 async def breaks(reason: str) -> str:
     raise ProtocolError(f"broken on purpose: {reason}")
+
+
+@registry.tool(task="required", description="A task whose body returns at once.")
+async def instant(label: str = "x") -> str:
+    return f"done {label}"

@@ -172,4 +172,3 @@ def _row(values: list[str | None]) -> TaskRow | None:
         error=None if error is None else decode_json(error),
         traceparent=fields[ROW_FIELDS[-1]],
     )
-
