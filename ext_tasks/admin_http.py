@@ -101,17 +101,11 @@ def create_admin_app(
 
     @get("/api/tasks/{task_id:str}", guards=[authorized])
     async def task(task_id: str) -> dict[str, Any]:
-        found = await operator.detail(task_id)
-        if found is None:
-            raise HTTPException(status_code=404, detail="no such task")
-        return found
+        return _found(await operator.detail(task_id))
 
     @post("/api/tasks/{task_id:str}/cancel", guards=[authorized], status_code=200)
     async def cancel(task_id: str) -> dict[str, Any]:
-        done = await operator.cancel(task_id)
-        if done is None:
-            raise HTTPException(status_code=404, detail="no such task")
-        return done
+        return _found(await operator.cancel(task_id))
 
     @post("/api/purge", guards=[authorized], status_code=200)
     async def purge(request: Request[Any, Any, Any]) -> dict[str, Any]:
@@ -125,6 +119,12 @@ def create_admin_app(
         logging_config=None,
         exception_handlers={TaskStoreUnavailable: _unavailable, HTTPException: _refused},
     )
+
+
+def _found(answer: dict[str, Any] | None) -> dict[str, Any]:
+    if answer is None:
+        raise HTTPException(status_code=404, detail="no such task")
+    return answer
 
 
 def _refused(request: Request[Any, Any, Any], exc: HTTPException) -> Response[dict[str, Any]]:
