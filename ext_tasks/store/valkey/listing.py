@@ -12,6 +12,7 @@ so creating, running and finishing a task costs no command more for it.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Final
 
 from ...protocol.states import TERMINAL, TaskStatus
@@ -90,12 +91,13 @@ class ValkeyListing:
         return [row for values in found if (row := _row(values)) is not None]
 
     async def _task_keys(self) -> list[str]:
-        prefix = self._keys.prefix
-        patterns = [f"{prefix}:{{*}}:task:*"]
+        prefix = re.sub(r"([*?\[\]\\])", r"\\\1", self._keys.prefix)  # the prefix as it is, not a pattern
+        # A partition's tag is two characters: nothing else of the store (an idempotency key, whatever its
+        # text) has ":task:" right after one.
+        patterns = [f"{prefix}:{{??}}:task:*"]
+        nodes: list[Any] = [None]  # one Valkey: its one keyspace
         if self._topology.spans_slots:
             patterns.append(f"{prefix}:task:{{*}}")  # task ids of earlier versions (one Valkey only)
-        if self._topology.spans_slots:
-            nodes: list[Any] = [None]
         else:
             with unavailable_on_connection_errors():
                 await self._client.initialize()  # a no-op once the slot map is known
