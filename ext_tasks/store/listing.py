@@ -12,9 +12,9 @@ the stores keep anyway, so the hot path pays nothing for it:
   re-claims its entries, so an entry's idle time is the time since its holder's last heartbeat).
 * **Removal** of a finished task (``purge``): the record and its tombstone, and its owner's place.
 
-``TaskRecord`` has no trace field yet: the creating request's W3C ``traceparent``, once stored with
-the record (by tracing), is read by :func:`traceparent_of` under :data:`TRACE_FIELD`, the one name to
-change if it is stored under another.
+The creating request's W3C ``traceparent``, kept with the record by tracing (``TaskRecord.trace_context``,
+the hash field of the same name), is read by :func:`traceparent_of` under :data:`TRACE_FIELD`, the one
+place that names it here; a record without one (tracing off, or a version without it) shows none.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from ..protocol.states import TaskStatus
 from ..protocol.tasks import TaskRecord
 
 #: The record field (and Valkey hash field) holding the creating request's W3C ``traceparent``.
-TRACE_FIELD: Final = "traceparent"
+TRACE_FIELD: Final = "trace_context"
 #: The scalar fields a row is made of (and the structured ``error``), as the Valkey hash names them.
 ROW_FIELDS: Final = (
     "task_id",
