@@ -75,6 +75,8 @@ class MemoryTaskStore:
         self._tombstones = within_ceiling({key: value for key, value in self._tombstones.items() if value[1] > now})
         self._idempotency = within_ceiling({key: value for key, value in self._idempotency.items() if value[1] > now})
         self._claims = within_ceiling({key: until for key, until in self._claims.items() if until > now})
+        # A run left unacknowledged (its run failed unexpectedly; nothing reclaims here) is forgotten with its task.
+        self._held = {delivery: held for delivery, held in self._held.items() if held[0] in self._records}
         self.places.sweep()
 
     def sizes(self) -> dict[str, int]:
