@@ -227,6 +227,9 @@ class Settings(BaseSettings):
             raise ConfigError("EXT_TASKS_LEASE_S must be at least 1")
         if self.admin.enabled and not self.admin.admin_tokens:
             raise ConfigError("EXT_TASKS_ADMIN_PORT needs EXT_TASKS_ADMIN_TOKENS (the admin listener's credentials)")
+        if self.admin.enabled and self.server == "granian" and self.valkey_url is None:
+            # granian's processes each hold their own in-memory store; the admin listener sees none of them.
+            raise ConfigError("EXT_TASKS_ADMIN_PORT with --server granian needs a shared store (EXT_TASKS_VALKEY_URL)")
         self._task_policy()
         try:
             check_auth_options(self.auth)
