@@ -26,7 +26,7 @@ from litestar.connection import ASGIConnection
 from litestar.exceptions import HTTPException, NotAuthorizedException
 from litestar.handlers import BaseRouteHandler
 
-from .operator import Operator, TaskFilter
+from .operator import Operator, StillChanging, TaskFilter
 from .store.base import TaskStoreUnavailable
 
 logger = logging.getLogger("ext_tasks.admin")
@@ -117,7 +117,7 @@ def create_admin_app(
         on_shutdown=list(on_shutdown),
         openapi_config=None,
         logging_config=None,
-        exception_handlers={TaskStoreUnavailable: _unavailable, HTTPException: _refused},
+        exception_handlers={TaskStoreUnavailable: _unavailable, StillChanging: _unavailable, HTTPException: _refused},
     )
 
 
@@ -132,6 +132,10 @@ def _refused(request: Request[Any, Any, Any], exc: HTTPException) -> Response[di
     return Response({"error": exc.detail}, status_code=exc.status_code, media_type=JSON, headers=headers)
 
 
-def _unavailable(request: Request[Any, Any, Any], exc: TaskStoreUnavailable) -> Response[dict[str, Any]]:
-    logger.warning("admin request failed: the task store is unavailable (%s)", type(exc).__name__)
-    return Response({"error": "the task store is unavailable"}, status_code=503, media_type=JSON)
+def _unavailable(request: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:
+    """503 with ``Retry-After``: the store is away, or a cancel kept losing to the task's own commits."""
+    busy = isinstance(exc, StillChanging)
+    if not busy:
+        logger.warning("admin request failed: the task store is unavailable (%s)", type(exc).__name__)
+    text = str(exc) if busy else "the task store is unavailable"
+    return Response({"error": text}, status_code=503, media_type=JSON, headers={"Retry-After": "1"})

@@ -42,6 +42,10 @@ _TRACEPARENT: Final = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9
 OPERATOR_CANCEL_MESSAGE: Final = "The task was cancelled by an operator."
 
 
+class StillChanging(Exception):
+    """A cancel lost every compare-and-set to the task's own commits; nothing changed, retry."""
+
+
 def trace_id(traceparent: str | None) -> str | None:
     """The trace id of a W3C ``traceparent`` (``00-<trace id>-<span id>-<flags>``), else ``None``."""
     matched = _TRACEPARENT.match(traceparent or "")
@@ -221,7 +225,7 @@ class Operator:
                 task_event(record.status, TaskEvent.CANCEL_REQUESTED, gone, by="operator")
                 logger.info("task cancelled by an operator", extra={"task_id": task_id})
                 return {"taskId": task_id, "status": gone.status.value, "cancelled": True}
-        raise RuntimeError("the task kept changing concurrently; retry")
+        raise StillChanging("the task kept changing concurrently; retry")
 
     async def purge(self, wanted: TaskFilter) -> dict[str, Any]:
         """Forget now the finished (or expired) tasks ``wanted`` admits; unfinished ones are kept."""
