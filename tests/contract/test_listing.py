@@ -12,6 +12,7 @@ import anyio
 import msgspec
 import pytest
 
+from ext_tasks.protocol.errors import INTERNAL_ERROR
 from ext_tasks.protocol.states import TaskStatus
 from ext_tasks.protocol.tasks import completed, failed
 from ext_tasks.store.base import ActiveLimit, Run, TaskStore
@@ -41,7 +42,7 @@ async def test_every_task_of_every_partition_is_listed_with_its_fields(store: Ta
     for record in records:
         await store.create(record)
     broken = records[0]
-    outcome = failed(broken, {"code": -32603, "message": "disk full"}, int(time.time() * 1000))
+    outcome = failed(broken, {"code": INTERNAL_ERROR, "message": "disk full"}, int(time.time() * 1000))
     assert await store.commit(broken, msgspec.structs.replace(outcome, attempts=2))
 
     rows = {row.task_id: row for row in await store.listing.rows()}
