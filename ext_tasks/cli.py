@@ -7,6 +7,7 @@
     ext-tasks keygen
     ext-tasks call TOOL [key=value | key:=json ...] [--url URL]   (and ``task get|wait|cancel|list``, ``tools``)
     ext-tasks login URL | ext-tasks logout URL
+    ext-tasks admin tasks|task|totals|cancel|purge ...   (the admin listener's API: ext_tasks.admin_cli)
     ext-tasks bench --url URL WORKLOAD --tool NAME [--concurrency 1,16 | --rate 500] [--json FILE]
 
 Every server flag has an ``EXT_TASKS_*`` variable; a flag wins over its variable. The client commands
@@ -71,11 +72,13 @@ def _parser() -> argparse.ArgumentParser:
     proxy.add_argument("--log-level", help="debug, info, warning or error (EXT_TASKS_LOG_LEVEL, default info)")
     commands.add_parser("keygen", help="print a new requestState key for EXT_TASKS_STATE_KEYS")
     # The client's commands, imported here: a server process (app_from_env) never loads them.
+    from . import admin_cli
     from .client import commands as client_commands
     from .loadgen import command as bench_command
 
     client_commands.add_commands(commands)
     bench_command.add_command(commands)
+    admin_cli.add_command(commands)
     return parser
 
 
@@ -92,6 +95,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .loadgen import command as bench_command
 
         return bench_command.run(args)
+    if args.command == "admin":
+        from . import admin_cli
+
+        return admin_cli.run(args)
     try:
         settings = _settings(args)
     except ConfigError as exc:
@@ -146,11 +153,15 @@ def _configure_logging(level: str, log_format: str = "json") -> None:
     logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))
 
 
+def _bind(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def hypercorn_config(settings: Settings) -> HypercornConfig:
     """How ``ext-tasks serve`` configures hypercorn for ``settings``: public, because the benchmark serves
     its echo floor and the SDK peer the same way, and must follow any change made here."""
     config = HypercornConfig()
-    config.bind = [f"[{settings.host}]:{settings.port}" if ":" in settings.host else f"{settings.host}:{settings.port}"]
+    config.bind = [_bind(settings.host, settings.port)]
     config.accesslog = None  # an access log costs a quarter of the throughput (performance.md §3)
     config.errorlog = logging.getLogger("hypercorn.error")  # through our handler, so JSON like the rest
     config.keep_alive_max_requests = 10**9
@@ -162,6 +173,9 @@ def hypercorn_config(settings: Settings) -> HypercornConfig:
 
 def _serve(settings: Settings) -> int:
     _check_store(settings)
+    several = settings.server == "granian" or settings.workers > 1
+    if several and settings.admin.enabled:
+        _admin_beside(settings)  # once, in this parent process, over the shared store
     if settings.server == "granian":
         return _serve_granian(settings)
     config = hypercorn_config(settings)
@@ -173,12 +187,40 @@ def _serve(settings: Settings) -> int:
         config.workers = settings.workers
         config.application_path = "ext_tasks.cli:app_from_env()"
         return int(run(config) or 0)
-    from .compose import serve_app
+    from .compose import admin_app, serve_app
 
     runtime, app = serve_app(settings)
+    # The admin listener beside /mcp, in this process: it reads the same store (the in-memory one too).
+    beside = [(admin_app(settings, runtime.store), admin_config(settings))] if settings.admin.enabled else []
     # On SIGTERM, end subscription streams first (each gets its final result), so hypercorn's drain of
     # open connections does not have to cut them at its graceful timeout.
-    return serve_hypercorn(app, config, on_signal=runtime.handler.close)
+    return serve_hypercorn(app, config, on_signal=runtime.handler.close, beside=beside)
+
+
+def admin_config(settings: Settings) -> HypercornConfig:
+    """The admin listener's socket (``EXT_TASKS_ADMIN_HOST``:``EXT_TASKS_ADMIN_PORT``, loopback by default)."""
+    admin = settings.admin
+    config = hypercorn_config(settings)
+    config.bind = [_bind(admin.admin_host, admin.admin_port or 0)]
+    logger.info("admin listener on %s", config.bind[0])
+    return config
+
+
+def _admin_beside(settings: Settings) -> None:
+    """Serve the admin app from a thread of this (parent) process, on a store of its own, while the
+    child processes serve ``/mcp``; it ends with the process."""
+    import threading
+
+    from hypercorn.asyncio import serve
+
+    from .compose import standalone_admin_app
+
+    app, config = standalone_admin_app(settings), admin_config(settings)
+
+    async def main() -> None:
+        await serve(app, config, shutdown_trigger=asyncio.Event().wait)
+
+    threading.Thread(target=_run_loop, args=(main,), name="ext-tasks-admin", daemon=True).start()
 
 
 def _serve_granian(settings: Settings) -> int:
@@ -283,14 +325,21 @@ def _stop_event(on_signal: Callable[[], None] | None = None) -> asyncio.Event:
     return stop
 
 
-def serve_hypercorn(app: object, config: HypercornConfig, on_signal: Callable[[], None] | None = None) -> int:
+def serve_hypercorn(
+    app: object,
+    config: HypercornConfig,
+    on_signal: Callable[[], None] | None = None,
+    beside: Sequence[tuple[object, HypercornConfig]] = (),
+) -> int:
     """Serve ``app`` in this process with ``config`` until SIGTERM or SIGINT, as ``ext-tasks serve`` does
-    (public for the benchmark's echo floor, which must be served the same way)."""
+    (public for the benchmark's echo floor, which must be served the same way); ``beside``: other apps on
+    sockets of their own (the admin listener), stopped with it."""
     from hypercorn.asyncio import serve
 
     async def main() -> None:
         stop = _stop_event(on_signal)
-        await serve(app, config, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
+        apps = [(app, config), *beside]
+        await asyncio.gather(*(serve(one, its, shutdown_trigger=stop.wait) for one, its in apps))  # type: ignore[arg-type]
 
     _run_loop(main)
     return 0

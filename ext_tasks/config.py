@@ -32,6 +32,7 @@ from .options import (
     VALKEY_MAX_CONNECTIONS,
     VALKEY_MIN_REPLICA_ACKS,
     VALKEY_PREFIX,
+    AdminOptions,
     AuthOptions,
     EngineOptions,
     LegacyOptions,
@@ -120,6 +121,7 @@ class Settings(BaseSettings):
     legacy: LegacyOptions = LegacyOptions()
     proxy: ProxyOptions = ProxyOptions()
     auth: AuthOptions = AuthOptions()
+    admin: AdminOptions = AdminOptions()
 
     @classmethod
     def settings_customise_sources(
@@ -223,6 +225,11 @@ class Settings(BaseSettings):
         # Tests run sub-second leases through WorkerOptions; an operator's lease is at least a second.
         if self.worker.lease_s < 1:
             raise ConfigError("EXT_TASKS_LEASE_S must be at least 1")
+        if self.admin.enabled and not self.admin.admin_tokens:
+            raise ConfigError("EXT_TASKS_ADMIN_PORT needs EXT_TASKS_ADMIN_TOKENS (the admin listener's credentials)")
+        if self.admin.enabled and self.server == "granian" and self.valkey_url is None:
+            # granian's processes each hold their own in-memory store; the admin listener sees none of them.
+            raise ConfigError("EXT_TASKS_ADMIN_PORT with --server granian needs a shared store (EXT_TASKS_VALKEY_URL)")
         self._task_policy()
         try:
             check_auth_options(self.auth)

@@ -37,14 +37,7 @@ from .pacing import Pacing
 from .protocol.envelope import Envelope, Headers, Target, check_envelope
 from .protocol.errors import InvalidRequest, MethodNotFound, ProtocolError
 from .protocol.jsonrpc import Message as Decoded
-from .protocol.jsonrpc import (
-    Notification,
-    Request,
-    RequestId,
-    Response,
-    notification_message,
-    result_message,
-)
+from .protocol.jsonrpc import Notification, Request, RequestId, Response, notification_message, result_message
 from .protocol.requests import PARSERS, Call, ToolCall, loose_target, parse_tool_call
 from .protocol.result_types import TypedResult
 from .protocol.resume import ResumeCodec

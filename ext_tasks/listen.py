@@ -19,9 +19,9 @@ from .auth import Principal
 from .notify import ChangeEvent, ChangeHub, task_notification
 from .pacing import Pacing, listen_cost
 from .protocol.jsonrpc import RequestId, notification_message
+from .protocol.params import ListenParams
 from .protocol.result_types import Complete
 from .protocol.versions import META_SUBSCRIPTION_ID
-from .protocol.wire import ListenParams
 from .replies import Message, StreamItem, StreamReply, chained
 from .task_methods import TaskMethods
 from .waits import WaitLimit

@@ -19,6 +19,7 @@ from .failures import Guard
 from .invoke import invoke_tool
 from .mrtr import ClaimOnce, StartTaskHook, binding_for, run_round
 from .protocol.errors import InvalidParams, ResourceNotFound
+from .protocol.params import CompleteParams
 from .protocol.requests import (
     Call,
     Listing,
@@ -44,7 +45,6 @@ from .protocol.result_types import (
 from .protocol.resume import ResumeCodec
 from .protocol.tasks import EXTENSION_ID
 from .protocol.versions import MODERN_VERSIONS
-from .protocol.wire import CompleteParams
 from .results import prompt_result, resource_contents
 from .task_methods import META_TASK_POLICY, TaskMethods
 from .tools import Tool, ToolRegistry

@@ -2,7 +2,7 @@
 ``EXT_TASKS_*`` variables): :class:`EngineOptions` (the request surface), :class:`TaskOptions` (the task
 policy and what a task keeps), :class:`WorkerOptions` (running tasks), :class:`LegacyOptions` (the
 2025-11-25 shim), :class:`ProxyOptions` (``ext-tasks proxy`` reading its upstream), :class:`AuthOptions`
-(OAuth 2.1 resource server, :mod:`ext_tasks.auth`).
+(OAuth 2.1 resource server, :mod:`ext_tasks.auth`), :class:`AdminOptions` (the operator's admin listener).
 
 A field's name is its variable's (``EXT_TASKS_<NAME>``); its default is written once, here, and what a
 value must be is its ``Field``'s constraints (checked when the settings are read). The parts
@@ -123,6 +123,31 @@ class ProxyOptions(Section):
     proxy_read_timeout_s: float = Field(60.0, gt=0)
 
 
+class AdminOptions(Section):
+    """The admin listener (the operator's API and page, :mod:`ext_tasks.admin_http`): off while
+    ``admin_port`` is unset; never on the MCP listener, with credentials of its own."""
+
+    #: Its port (0: any free one); unset: no admin listener.
+    admin_port: int | None = Field(None, ge=0, le=65535)
+    #: The address it binds: loopback unless an operator says otherwise.
+    admin_host: str = "127.0.0.1"
+    #: Its bearer tokens (comma-separated), none of them a principal of /mcp; required with a port.
+    admin_tokens: tuple[SecretStr, ...] = Field((), repr=False)
+    #: How long a task may stay ``input_required`` before the operator's view calls it stuck.
+    admin_stuck_input_s: float = Field(3600.0, gt=0)
+
+    @field_validator("admin_tokens", mode="before")
+    @classmethod
+    def _token_list(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        return tuple(item.strip() for item in value.replace("\n", ",").split(",") if item.strip())
+
+    @property
+    def enabled(self) -> bool:
+        return self.admin_port is not None
+
+
 #: The signature algorithms accepted by default: every asymmetric one of JWA (RFC 7518) and EdDSA
 #: (RFC 8037). Symmetric ones (HS*) and ``none`` are never accepted (:mod:`ext_tasks.auth.checks`).
 ASYMMETRIC_ALGORITHMS: Final = (
@@ -205,4 +230,5 @@ SECTIONS: Final[Mapping[str, type[Section]]] = {
     "legacy": LegacyOptions,
     "proxy": ProxyOptions,
     "auth": AuthOptions,
+    "admin": AdminOptions,
 }

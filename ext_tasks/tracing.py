@@ -47,6 +47,9 @@ from opentelemetry import propagate, trace
 from opentelemetry.propagators.textmap import Getter
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, Tracer
 
+from .protocol.states import TaskEvent
+from .protocol.tasks import TaskRecord
+
 #: The attribute naming a task (no convention has one): on request spans that create or read a task,
 #: and on run attempts.
 TASK_ID: Final = "ext_tasks.task.id"
@@ -357,9 +360,11 @@ def record_message(span: Span, message: Mapping[str, Any] | None, error_code: in
     if message is None:
         return
     error = message.get("error")
-    if error_code is not None or isinstance(error, Mapping):
-        details = error if isinstance(error, Mapping) else {}
-        record_error(span, error_code if error_code is not None else details.get("code"), details.get("message"))
+    if error_code is not None or error is not None:
+        # The error member: a typed ErrorObject (this server's), or a plain object (relayed).
+        code = error.get("code") if isinstance(error, Mapping) else getattr(error, "code", None)
+        text = error.get("message") if isinstance(error, Mapping) else getattr(error, "message", None)
+        record_error(span, error_code if error_code is not None else code, text)
         return
     result = message.get("result")
     is_error = getattr(result, "is_error", None) if not isinstance(result, Mapping) else result.get("isError")
@@ -422,20 +427,19 @@ def name_task(task_id: str) -> None:
 # --- run attempts ---------------------------------------------------------------------------------------
 
 
-def run_span(
-    tracer: Tracer, *, task_id: str, tool: str, attempt: int, reclaimed: bool, trace_context: str | None
-) -> Span:
-    """The span of one run attempt: a child of the creating request's context, linked to it."""
-    parent = context_of_traceparent(trace_context)
+def run_span(tracer: Tracer, record: TaskRecord, attempt: int, reclaimed: bool) -> Span:
+    """The span of one run attempt of ``record``'s task: a child of the creating request's context,
+    linked to it."""
+    parent = context_of_traceparent(record.trace_context)
     links = [Link(trace.get_current_span(parent).get_span_context(), {"ext_tasks.link": "task"})] if parent else None
     attributes: dict[str, Any] = {
         "gen_ai.operation.name": "execute_tool",
-        "gen_ai.tool.name": tool,
-        TASK_ID: task_id,
+        "gen_ai.tool.name": record.tool,
+        TASK_ID: record.task_id,
         RUN_ATTEMPT: attempt,
     }
     span = tracer.start_span(
-        f"execute_tool {tool}",
+        f"execute_tool {record.tool}",
         context=parent if parent is not None else otel_context.Context(),
         kind=SpanKind.INTERNAL,
         attributes=attributes,
@@ -448,9 +452,24 @@ def run_span(
     return span
 
 
-def run_outcome(span: Span, outcome: str, attempt: int, error: Mapping[str, Any] | None = None) -> None:
-    """The outcome of a run attempt (``completed``, ``failed``, ``input_required``, ``rerun``,
-    ``superseded`` when its commit lost to a cancellation, ``skipped``)."""
+#: A run's outcome as its span names it, by the status table's event.
+_OUTCOMES: Final = {
+    TaskEvent.SUCCEEDED: "completed",
+    TaskEvent.FAILED: "failed",
+    TaskEvent.INPUT_REQUESTED: "input_required",
+    TaskEvent.RERUN_REQUESTED: "rerun",
+}
+
+
+def run_outcome(
+    span: Span | None, event: TaskEvent | None, attempt: int, error: Mapping[str, Any] | None = None
+) -> None:
+    """The outcome of a run attempt on its span (none: tracing off): ``completed``, ``failed``,
+    ``input_required``, ``rerun``, or ``superseded`` (``event`` ``None``: its commit lost to a
+    cancellation)."""
+    if span is None:
+        return
+    outcome = _OUTCOMES.get(event, "superseded") if event is not None else "superseded"
     attributes: dict[str, Any] = {"ext_tasks.run.outcome": outcome, RUN_ATTEMPT: attempt}
     if error is not None:
         attributes["error.type"] = str(error.get("code", "_OTHER"))

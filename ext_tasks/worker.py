@@ -11,9 +11,8 @@ A worker runs inside every server process (and alone as ``ext-tasks worker``). F
 
 While runs are in flight the worker heartbeats them; a run whose worker stops heartbeating for longer
 than the lease is reclaimed by another worker (so a run is executed *at least once*). A run still going
-after :data:`WATCH_AFTER_S` watches its task, so a cancellation from any instance stops the running
-coroutine at once; shorter runs cost no subscription (a cancellation that beats them loses nothing:
-their outcome's compare-and-set fails).
+after a moment watches its task (:mod:`.cancel_watch`), so a cancellation from any instance stops the
+running coroutine at once.
 
 A run outlasts a store outage (:mod:`.outage`): a failover, or a store that refuses writes (Valkey at
 maxmemory). Reading its task and storing its status messages are tried again for up to
@@ -41,6 +40,7 @@ import msgspec
 
 from . import tracing
 from .auth import principal_from_grant
+from .cancel_watch import stop_when_cancelled
 from .clock import now_ms
 from .context import Context, InputRequired, missing_capabilities
 from .invoke import invoke_tool
@@ -61,7 +61,7 @@ from .protocol.tasks import (
     status_reported,
 )
 from .protocol.versions import MODERN_2026_07_28
-from .store.base import Broadcast, Records, Run, RunQueue, TaskStoreUnavailable, WatchItem
+from .store.base import Broadcast, Records, Run, RunQueue, TaskStoreUnavailable
 from .tools import ToolRegistry
 
 if TYPE_CHECKING:
@@ -70,19 +70,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger("ext_tasks.worker")
 
 _encoder: Final = msgspec.json.Encoder()
-#: How long a run goes before it watches its task for a cancellation.
-WATCH_AFTER_S: Final = 0.05
 #: How often the queue depth gauge is refreshed.
 _DEPTH_EVERY_S: Final = 15.0
 #: What a run ended with: the table's event, and the record after it.
 _Outcome = tuple[TaskEvent, TaskRecord]
-#: A run's outcome as its span's event names it.
-_OUTCOMES: Final = {
-    TaskEvent.SUCCEEDED: "completed",
-    TaskEvent.FAILED: "failed",
-    TaskEvent.INPUT_REQUESTED: "input_required",
-    TaskEvent.RERUN_REQUESTED: "rerun",
-}
 
 
 def run_envelope(record: TaskRecord) -> Envelope:
@@ -98,23 +89,6 @@ def run_envelope(record: TaskRecord) -> Envelope:
         log_level=None,
         progress_token=None,
     )
-
-
-class _Ended:
-    """What :func:`_next_change` gives once the run it watches for has ended."""
-
-
-async def _next_change(changes: asyncio.Queue[WatchItem], execution: asyncio.Task[None]) -> WatchItem | _Ended:
-    """The next change of a watched task, or :class:`_Ended` as soon as ``execution`` has ended."""
-    if execution.done():
-        return _Ended()
-    getting = asyncio.ensure_future(changes.get())
-    try:
-        await asyncio.wait((getting, execution), return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        if not getting.done():
-            getting.cancel()
-    return getting.result() if getting.done() and not getting.cancelled() else _Ended()
 
 
 class WorkerStore(RunQueue, Records, Broadcast, Protocol):
@@ -229,7 +203,8 @@ class Worker:
             # late): the running execution goes on and acknowledges it; a second one would only race it.
             return
         task = asyncio.create_task(self._execute_and_ack(run, reclaimed), name=f"ext-tasks-run-{run.task_id}")
-        watcher = asyncio.create_task(self._stop_when_cancelled(run, task), name=f"ext-tasks-watch-{run.task_id}")
+        watching = stop_when_cancelled(self.store, run.task_id, task)
+        watcher = asyncio.create_task(watching, name=f"ext-tasks-watch-{run.task_id}")
         self._running[key] = (run, task)
 
         def ended(_: object) -> None:
@@ -238,33 +213,6 @@ class Worker:
             self._lost.discard(key)
 
         task.add_done_callback(ended)
-
-    async def _stop_when_cancelled(self, run: Run, execution: asyncio.Task[None]) -> None:
-        """Cancel ``execution`` as soon as its task is cancelled, from any instance. Ends when
-        ``execution`` ends, by itself: the cancellation its end sends may be lost below (seen: a
-        Sentinel-acknowledged store's subscribe and ``mark_watched``, rarely, under load), and a watcher
-        left waiting for changes would outlive its run (and hang the event loop's shutdown)."""
-        await asyncio.sleep(WATCH_AFTER_S)  # most runs end before anyone could cancel them
-        while not execution.done():
-            try:
-                async with self.store.watch(run.task_id) as changes:
-                    while True:
-                        change = await _next_change(changes, execution)
-                        if isinstance(change, _Ended):
-                            return
-                        if change is None:  # live (again): was it cancelled before we listened?
-                            found = await self.store.lookup(run.task_id)
-                            gone = not isinstance(found, TaskRecord) or found.status is TaskStatus.CANCELLED
-                        else:
-                            gone = change.status is TaskStatus.CANCELLED
-                        if gone:
-                            execution.cancel()
-                            return
-            except TaskStoreUnavailable:
-                await asyncio.sleep(1.0)
-            except Exception:  # nobody awaits a watcher: it must not end with an error unseen
-                logger.exception("watching %s for a cancellation failed; watching again", run.task_id)
-                await asyncio.sleep(1.0)
 
     async def _heartbeats(self) -> None:
         depth_due = 0.0
@@ -330,14 +278,7 @@ class Worker:
         tracer = tracing.tracer
         if tracer is None:
             return await self._attempt(holder, record)
-        span = tracing.run_span(
-            tracer,
-            task_id=record.task_id,
-            tool=record.tool,
-            attempt=run.attempt,
-            reclaimed=holder.reclaimed,
-            trace_context=record.trace_context,
-        )
+        span = tracing.run_span(tracer, record, run.attempt, holder.reclaimed)
         try:
             return await tracing.within(span, self._attempt(holder, record, span))
         finally:
@@ -353,8 +294,7 @@ class Worker:
             if not await self._commit(holder, outcome):
                 return None
             task_event(record.status, TaskEvent.FAILED, outcome, attempts=interrupted)
-            if span is not None:
-                tracing.run_outcome(span, "failed", run.attempt, outcome.error)
+            tracing.run_outcome(span, TaskEvent.FAILED, run.attempt, outcome.error)
             return outcome
         task_event(record.status, TaskEvent.RUN_STARTED, holder.working, attempt=run.attempt)
         event, outcome = await self._outcome(holder)
@@ -363,11 +303,9 @@ class Worker:
         status = record.status
         if await self._commit(holder, outcome, enqueue=rerun):
             task_event(status, event, outcome, attempt=run.attempt)
-            if span is not None:
-                tracing.run_outcome(span, _OUTCOMES[event], run.attempt, outcome.error)
+            tracing.run_outcome(span, event, run.attempt, outcome.error)
             return outcome
-        if span is not None:  # the task changed meanwhile (cancelled): this outcome is dropped
-            tracing.run_outcome(span, "superseded", run.attempt)
+        tracing.run_outcome(span, None, run.attempt)  # the task changed meanwhile (cancelled): dropped
         return None
 
     async def _commit(self, holder: _Current, outcome: TaskRecord, *, enqueue: bool = False) -> bool:

@@ -26,8 +26,10 @@ from typing import Any, Final
 from ext_tasks.auth import Caller
 from ext_tasks.protocol.errors import ProtocolError
 from ext_tasks.protocol.jsonrpc import notification_message
+from ext_tasks.protocol.result_types import DetailedTask
 
 from .legacy_tasks import LegacyTasks, StreamQuestions
+from .modern_results import detailed_task
 from .remote import UpstreamFailed
 from .sessions import LegacySession, SessionStore
 from .translate import legacy_notification, legacy_task
@@ -150,7 +152,9 @@ class GetStream:
         if message.get("live") == self._generation:
             return await self._read_unread()
         if message.get("method") == "notifications/tasks":
-            task = message.get("params") or {}
+            task = detailed_task(message.get("params"))
+            if task is None:
+                return []  # not a task: nothing to tell the client
             status = await self._status(task)
             return [*status, *await self._questions.ask(task)]
         return []
@@ -163,7 +167,7 @@ class GetStream:
         outgoing: list[Message] = []
         for task in await self._read(unread):
             questions = await self._questions.ask(task)
-            if questions or task.get("taskId") in recheck:
+            if questions or task.task_id in recheck:
                 # As on a change, the status comes first: a task whose question is relayed from a
                 # fresh read (the stream became live after the task started waiting) is also told
                 # to be waiting, or a client that polls past the wait never learns it did.
@@ -171,13 +175,13 @@ class GetStream:
             outgoing += questions
         return outgoing
 
-    async def _status(self, task: Message) -> list[Message]:
+    async def _status(self, task: DetailedTask) -> list[Message]:
         """``notifications/tasks/status`` for a change, unless it is older than one already told (the
         subscription and a fresh read can cross) or tells the client nothing new."""
-        task_id = str(task.get("taskId"))
+        task_id = task.task_id
         cancelled = await self._sessions.was_cancelled(task_id)
         legacy = legacy_task(task, cancelled_by_legacy=cancelled)
-        told = (str(legacy.get("lastUpdatedAt")), legacy["status"], legacy.get("statusMessage"))
+        told = (legacy.last_updated_at, legacy.status, legacy.status_message or None)
         last = self._told.get(task_id)
         if last is not None and (told[0] < last[0] or told[1:] == last[1:]):
             return []
@@ -187,7 +191,7 @@ class GetStream:
             self._told = {key: value for key, value in self._told.items() if key in watched}
         return [notification_message("notifications/tasks/status", legacy)]
 
-    async def _read(self, task_ids: list[str]) -> list[Message]:
+    async def _read(self, task_ids: list[str]) -> list[DetailedTask]:
         tasks = []
         for task_id in task_ids:
             with contextlib.suppress(ProtocolError):  # expired, or not a task of the upstream's

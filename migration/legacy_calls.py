@@ -16,10 +16,18 @@ from typing import Any
 from ext_tasks.auth import Caller
 from ext_tasks.protocol.errors import Busy, InternalError, InvalidRequest, LimitExceeded, MethodNotFound
 from ext_tasks.protocol.jsonrpc import Request, error_message, result_message
+from ext_tasks.protocol.result_types import CreateTaskResult, InputRequiredResult
 
 from .legacy_tasks import LegacyTasks, Relay
 from .sessions import LegacySession, SessionStore
-from .translate import legacy_create_task_result, legacy_error, legacy_notification, legacy_result, required_string
+from .translate import (
+    legacy_create_task_result,
+    legacy_error,
+    legacy_notification,
+    legacy_result,
+    required_string,
+    result_of,
+)
 from .upstream import ModernCall, ModernUpstream
 
 Message = dict[str, Any]
@@ -79,19 +87,18 @@ class LegacyCalls:
                     raise error  # "retry later": HTTP 429 or 503 with Retry-After, as the engine answers it
                 yield error_message(request.id, error)
                 return
-            result = final["result"]
-            kind = result.get("resultType")
-            if kind == "input_required":
+            result = result_of(final)
+            if isinstance(result, InputRequiredResult):
                 answers: dict[str, Any] = {}
-                async for outgoing in self._ask_client(session, result.get("inputRequests") or {}, answers):
+                async for outgoing in self._ask_client(session, result.input_requests or {}, answers):
                     yield outgoing
                 params = {**call.params, "inputResponses": answers}
-                if result.get("requestState") is not None:
-                    params["requestState"] = result["requestState"]
+                if isinstance(result.request_state, str):
+                    params["requestState"] = result.request_state
                 call = replace(call, params=params)
                 continue
-            if kind == "task":
-                await self.tasks.register(session, str(result["taskId"]))
+            if isinstance(result, CreateTaskResult):
+                await self.tasks.register(session, result.task_id)
                 yield result_message(request.id, legacy_create_task_result(result))
                 return
             if request.method == "tools/call" and isinstance(request.params.get("task"), dict):

@@ -16,14 +16,18 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
+import msgspec
+
 from ext_tasks.auth import Caller
 from ext_tasks.clock import now_ms
 from ext_tasks.protocol.errors import InvalidParams, ProtocolError
 from ext_tasks.protocol.jsonrpc import Request, notification_message, result_message
+from ext_tasks.protocol.result_types import DetailedTask, ErrorObject, TypedResult
 from ext_tasks.protocol.resume import Binding, ResumeCodec
 from ext_tasks.waits import WaitLimit
 
-from .own_tasks import SHIM_TASK_PREFIX, OwnTasks
+from .own_tasks import SHIM_TASK_PREFIX, OwnTasks, stored_task
+from .remote import UpstreamFailed
 from .sessions import LegacySession, SessionStore
 from .task_follow import Listen, TaskFollow, follow_task
 from .translate import (
@@ -80,27 +84,26 @@ class Relay:
             self._seen.setdefault(task_id, (set(), ""))[0].add(key)
         return {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
 
-    def questions(self, task: Mapping[str, Any]) -> dict[str, Any]:
-        """The questions of ``task`` (a modern ``DetailedTask``) not yet relayed on this stream.
+    def questions(self, task: DetailedTask) -> dict[str, Any]:
+        """The questions of ``task`` not yet relayed on this stream.
 
         A state older than one already seen is ignored (a task's notifications and a fresh read of it
         can arrive out of order). Keys are never reused within a task's life, so a question relayed once
         is never relayed again here; a finished task is forgotten, with its unanswered requests.
         """
-        task_id = str(task.get("taskId"))
-        if task.get("status") in TERMINAL:
+        task_id = task.task_id
+        if task.status in TERMINAL:
             self._seen.pop(task_id, None)
             for request_id, (_, _, pending_task) in list(self.pending.items()):
                 if pending_task == task_id:
                     del self.pending[request_id]
             return {}
         asked, newest = self._seen.get(task_id, (set(), ""))
-        updated = str(task.get("lastUpdatedAt") or "")
-        if updated < newest:
+        if task.last_updated_at < newest:
             return {}
-        self._seen[task_id] = (asked, updated)
-        requests: Mapping[str, Any] = task.get("inputRequests") or {}
-        if task.get("status") != "input_required":
+        self._seen[task_id] = (asked, task.last_updated_at)
+        requests: Mapping[str, Any] = task.input_requests or {}
+        if task.status != "input_required":
             return {}
         return {key: entry for key, entry in requests.items() if key not in asked}
 
@@ -142,9 +145,9 @@ class StreamQuestions:
     def _key(self, task_id: str, key: str) -> str:
         return f"{self._session_id}:{task_id}:{key}"
 
-    async def ask(self, task: Mapping[str, Any]) -> list[Message]:
+    async def ask(self, task: DetailedTask) -> list[Message]:
         """Requests for the questions of ``task`` this stream should relay now."""
-        task_id = str(task.get("taskId"))
+        task_id = task.task_id
         self.deferred.discard(task_id)
         outgoing = []
         for key, entry in self.relay.questions(task).items():
@@ -200,10 +203,12 @@ class LegacyTasks:
         self.own = own
         self._listen = listen
 
-    async def inline_as_task(self, session: LegacySession, params: Mapping[str, Any], result: Message) -> Message:
+    async def inline_as_task(
+        self, session: LegacySession, params: Mapping[str, Any], result: TypedResult
+    ) -> DetailedTask:
         """Keep an inline answer to a task-augmented call as a finished task of the shim's own."""
         created = await self.own.keep(session, params, result)
-        await self.register(session, created["taskId"])
+        await self.register(session, created.task_id)
         return created
 
     async def register(self, session: LegacySession, task_id: str) -> None:
@@ -216,26 +221,30 @@ class LegacyTasks:
         if await self.sessions.index_task(session.watch_scope, task_id, now_ms()):
             await self.sessions.publish(session.session_id, {"kind": "watch", "taskId": task_id})
 
-    async def task(self, session: LegacySession, task_id: str, caller: Caller, *, outcome: bool = False) -> Message:
-        """The modern ``DetailedTask``. Only ``outcome=True`` (``tasks/result``, which hands the outcome
-        out) counts as delivering it; a status read leaves a sensitive task's lifetime alone."""
+    async def task(
+        self, session: LegacySession, task_id: str, caller: Caller, *, outcome: bool = False
+    ) -> DetailedTask:
+        """The modern ``DetailedTask``, typed (the engine's own, or a remote's decoded). Only
+        ``outcome=True`` (``tasks/result``, which hands the outcome out) counts as delivering it; a status
+        read leaves a sensitive task's lifetime alone."""
         if task_id.startswith(SHIM_TASK_PREFIX):
             own = await self.sessions.load_task(task_id)
             if own is None or own.get("scope") != session.task_scope:
                 raise InvalidParams("Failed to retrieve task: Task not found")
-            return {key: value for key, value in own.items() if key != "scope"}
+            return stored_task(own)
         call = self._modern(session, "tasks/get", {"taskId": task_id}, tasks=True)
         if not outcome:
             call = replace(call, status_only=True)
         final = await self._final(call, caller)
-        if "error" in final:
-            raise legacy_error(final["error"])
-        return result_of(final)
+        found = result_of(final)
+        if not isinstance(found, DetailedTask):
+            raise UpstreamFailed("Upstream answered tasks/get without a task")
+        return found
 
     async def get(self, request: Request, session: LegacySession, caller: Caller) -> AsyncIterator[Message]:
         task_id = required_string(request.params, "taskId")
         task = await self.task(session, task_id, caller)
-        if task["status"] not in TERMINAL:
+        if task.status not in TERMINAL:
             # A task handed over from another session: its questions now reach this session too.
             await self.follow(session, task_id)
         cancelled = await self.sessions.was_cancelled(task_id)
@@ -258,11 +267,12 @@ class LegacyTasks:
                         task = await self.task(session, task_id, caller, outcome=True)
                         cancelled = await self.sessions.was_cancelled(task_id)
                         legacy = legacy_task(task, cancelled_by_legacy=cancelled)
-                        if legacy["status"] != last_status and last_status is not None:
+                        if legacy.status != last_status and last_status is not None:
                             yield notification_message("notifications/tasks/status", legacy)
-                        last_status = legacy["status"]
-                        if cancelled or task["status"] in TERMINAL:
-                            kind, payload = task_outcome({**task, "status": "cancelled"} if cancelled else task)
+                        last_status = legacy.status
+                        if cancelled or task.status in TERMINAL:
+                            ended = msgspec.structs.replace(task, status="cancelled") if cancelled else task
+                            kind, payload = task_outcome(ended)
                             if kind == "result":
                                 yield result_message(request.id, payload)
                             else:
@@ -275,7 +285,7 @@ class LegacyTasks:
                         renew = questions.relay.held() or questions.deferred
                         wait_s = questions.keep_interval_s() if renew else None
                         if follow is None or not follow.live:
-                            wait_s = _poll_interval_s(task.get("pollIntervalMs"))
+                            wait_s = _poll_interval_s(task.poll_interval_ms)
                         await self._answer_or_wait(session, caller, inbox, follow, questions.relay, wait_s)
                 finally:
                     await questions.close()
@@ -332,23 +342,25 @@ class LegacyTasks:
             logger.warning(
                 "a legacy client's answer to task %s was refused (%s %s); cancelling the task",
                 answer.task_id,
-                refused.get("code"),
-                refused.get("message"),
+                refused.code,
+                refused.message,
             )
         task = await self.task(session, answer.task_id, caller)
-        if answer.key in (task.get("inputRequests") or {}):
+        if answer.key in (task.input_requests or {}):
             cancel = self._modern(session, "tasks/cancel", {"taskId": answer.task_id}, tasks=True)
             await self._final(cancel, caller)
 
-    async def _update(self, session: LegacySession, caller: Caller, update: Mapping[str, Any]) -> Message | None:
+    async def _update(
+        self, session: LegacySession, caller: Caller, update: Mapping[str, Any]
+    ) -> ErrorObject | None:
         """``tasks/update``; the error it still answers after ``_UPDATE_TRIES`` (a "retry later" is tried
         again after its ``retryAfterSeconds``, at most ``_UPDATE_PAUSE_S``), ``None`` once it is taken."""
         for attempt in range(_UPDATE_TRIES):
             final = await self._final(self._modern(session, "tasks/update", dict(update), tasks=True), caller)
             error = final.get("error")
-            if not isinstance(error, dict):
+            if not isinstance(error, ErrorObject):
                 return None
-            retry_after = (error.get("data") or {}).get("retryAfterSeconds")
+            retry_after = error.data.get("retryAfterSeconds") if isinstance(error.data, dict) else None
             if not isinstance(retry_after, int) or attempt == _UPDATE_TRIES - 1:
                 return error
             await asyncio.sleep(min(max(retry_after, 0), _UPDATE_PAUSE_S))
@@ -379,15 +391,15 @@ class LegacyTasks:
     async def cancel(self, request: Request, session: LegacySession, caller: Caller) -> AsyncIterator[Message]:
         task_id = required_string(request.params, "taskId")
         task = await self.task(session, task_id, caller)
-        status = legacy_task(task, cancelled_by_legacy=await self.sessions.was_cancelled(task_id))["status"]
+        status = legacy_task(task, cancelled_by_legacy=await self.sessions.was_cancelled(task_id)).status
         if status in TERMINAL:
             # 2025-11-25: cancelling a terminal task MUST be rejected (the extension acks instead).
             raise InvalidParams(f"Cannot cancel task: already in terminal status '{status}'")
         final = await self._final(self._modern(session, "tasks/cancel", {"taskId": task_id}, tasks=True), caller)
         if "error" in final:
             raise legacy_error(final["error"])
-        ttl = task.get("ttlMs")
-        await self.sessions.mark_cancelled(task_id, ttl if isinstance(ttl, int) else 86_400_000)
+        ttl = task.ttl_ms
+        await self.sessions.mark_cancelled(task_id, ttl if ttl is not None else 86_400_000)
         cancelled = legacy_task(await self.task(session, task_id, caller), cancelled_by_legacy=True)
         yield result_message(request.id, cancelled)
 

@@ -22,8 +22,11 @@ import secrets
 from collections.abc import Mapping
 from typing import Any, Final
 
+import msgspec
+
 from ext_tasks.clock import now_ms
 from ext_tasks.options import TaskOptions
+from ext_tasks.protocol.result_types import DetailedTask, TypedResult
 from ext_tasks.protocol.states import TaskStatus
 from ext_tasks.protocol.tasks import encoded_size, failure_status, iso8601, result_too_large
 from ext_tasks.store.base import ActiveLimit, OverCap, OwnerPlaces, Place
@@ -51,9 +54,9 @@ class OwnTasks:
         wanted = hint if isinstance(hint, int) and not isinstance(hint, bool) and hint > 0 else self.options.task_ttl_ms
         return min(wanted, self.options.task_max_ttl_ms)
 
-    async def keep(self, session: LegacySession, params: Mapping[str, Any], result: Message) -> Message:
+    async def keep(self, session: LegacySession, params: Mapping[str, Any], result: TypedResult) -> DetailedTask:
         """Keep ``result`` (an inline ``CallToolResult``) as a finished task of ``session``; the task, as
-        the modern ``DetailedTask`` it reads as (plus its ``scope``). Past a cap: -31429 (HTTP 429)."""
+        the modern ``DetailedTask`` it reads as. Past a cap: -31429 (HTTP 429)."""
         now = now_ms()
         ttl = self.ttl_for(params)
         task: Message = {
@@ -64,12 +67,13 @@ class OwnTasks:
             "ttlMs": ttl,
             "scope": session.task_scope,
         }
-        size = encoded_size(result)  # measured as a worker measures a task's result
+        wire: Message = msgspec.to_builtins(result)
+        size = encoded_size(wire)  # measured as a worker measures a task's result
         if size > self.max_result_bytes:
             error = result_too_large(size, self.max_result_bytes)
             task.update(status=TaskStatus.FAILED.value, error=error, statusMessage=failure_status(error))
         else:
-            task["result"] = {key: value for key, value in result.items() if key != "resultType"}
+            task["result"] = {key: value for key, value in wire.items() if key != "resultType"}
         options = self.options
         limit = ActiveLimit(0, now, options.max_stored_tasks, options.max_stored_bytes)
         if limit.counts:
@@ -79,4 +83,9 @@ class OwnTasks:
             except OverCap as over:
                 raise refusal(over, options) from None
         await self.sessions.save_task(task, ttl)
-        return task
+        return stored_task(task)
+
+
+def stored_task(stored: Message) -> DetailedTask:
+    """A task the shim kept (as the session store holds it: the wire object plus its ``scope``)."""
+    return msgspec.convert({key: value for key, value in stored.items() if key != "scope"}, DetailedTask)

@@ -7,6 +7,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
+import msgspec
+from msgspec import UNSET, UnsetType
+
 from ext_tasks.protocol.errors import (
     INTERNAL_ERROR,
     LIMIT_EXCEEDED,
@@ -19,6 +22,7 @@ from ext_tasks.protocol.errors import (
     MethodNotFound,
     ProtocolError,
 )
+from ext_tasks.protocol.result_types import DetailedTask, ErrorObject, Task, TypedResult
 from ext_tasks.protocol.states import LEGACY_STATUS, LEGACY_TERMINAL, TaskStatus
 from ext_tasks.protocol.states import legacy_status as legacy_status_of
 from ext_tasks.protocol.tasks import EXTENSION_ID, bounded_status
@@ -60,9 +64,12 @@ def legacy_server_capabilities(*, list_tasks: bool) -> dict[str, Any]:
     }
 
 
-def legacy_result(modern: Mapping[str, Any]) -> dict[str, Any]:
-    """A modern result as a legacy one: modern-only fields and the serverInfo ``_meta`` dropped."""
-    result = {key: value for key, value in modern.items() if key not in _MODERN_ONLY_RESULT_FIELDS}
+def legacy_result(modern: TypedResult | Mapping[str, Any]) -> dict[str, Any]:
+    """A modern result (a typed one, or a tool's stored result) as a legacy one: modern-only fields and
+    the serverInfo ``_meta`` dropped. The legacy wire is plain objects, so this is where a typed result
+    becomes one."""
+    wire: Mapping[str, Any] = msgspec.to_builtins(modern) if isinstance(modern, msgspec.Struct) else modern
+    result = {key: value for key, value in wire.items() if key not in _MODERN_ONLY_RESULT_FIELDS}
     meta = result.get("_meta")
     if isinstance(meta, dict):
         meta = {key: value for key, value in meta.items() if key != META_SERVER_INFO}
@@ -82,36 +89,54 @@ def legacy_tools(tools: list[dict[str, Any]], task_support: Mapping[str, str]) -
     return described
 
 
-def legacy_status(task: Mapping[str, Any], *, cancelled_by_legacy: bool = False) -> str:
+class LegacyTask(msgspec.Struct, omit_defaults=True, kw_only=True, rename="camel"):
+    """The flat 2025-11-25 ``Task``: ``ttl`` and ``pollInterval`` (no ``Ms``), no result, error,
+    inputRequests or resultType."""
+
+    task_id: str
+    status: str
+    created_at: str
+    last_updated_at: str
+    ttl: int | None
+    status_message: str | UnsetType = UNSET
+    poll_interval: int | UnsetType = UNSET
+
+
+class LegacyCreateTaskResult(msgspec.Struct):
+    """The nested legacy ``CreateTaskResult``: ``{"task": {...}}``."""
+
+    task: LegacyTask
+
+
+def legacy_status(task: Task, *, cancelled_by_legacy: bool = False) -> str:
     """Legacy status: a tool result with ``isError`` is ``failed`` for legacy callers; once a legacy
     client cancelled a task it stays ``cancelled`` whatever the work did afterwards. The names are the
     status table's (``ext_tasks.protocol.states.legacy_status``)."""
     if cancelled_by_legacy:
         return LEGACY_STATUS[TaskStatus.CANCELLED]
-    result = task.get("result")
+    result = task.result if isinstance(task, DetailedTask) else UNSET
     tool_error = isinstance(result, dict) and result.get("isError") is True
-    return legacy_status_of(str(task["status"]), tool_error=tool_error)
+    return legacy_status_of(task.status, tool_error=tool_error)
 
 
-def legacy_task(task: Mapping[str, Any], *, cancelled_by_legacy: bool = False) -> dict[str, Any]:
-    """A flat legacy ``Task`` from a modern ``Task``/``DetailedTask``: ``ttlMs``→``ttl``,
-    ``pollIntervalMs``→``pollInterval``; no result, error, inputRequests or resultType."""
-    legacy: dict[str, Any] = {
-        "taskId": task["taskId"],
-        "status": legacy_status(task, cancelled_by_legacy=cancelled_by_legacy),
-        "createdAt": task["createdAt"],
-        "lastUpdatedAt": task["lastUpdatedAt"],
-        "ttl": task.get("ttlMs"),
-    }
-    if legacy["status"] == LEGACY_STATUS[TaskStatus.FAILED] and task["status"] == TaskStatus.COMPLETED:
+def legacy_task(task: Task, *, cancelled_by_legacy: bool = False) -> LegacyTask:
+    """The legacy ``Task`` of a modern ``Task``/``DetailedTask``: ``ttlMs``→``ttl``,
+    ``pollIntervalMs``→``pollInterval``."""
+    status = legacy_status(task, cancelled_by_legacy=cancelled_by_legacy)
+    status_message = task.status_message
+    if status == LEGACY_STATUS[TaskStatus.FAILED] and task.status == TaskStatus.COMPLETED:
         # A tool error reads as failed here, and its text is the status message (not a progress message
         # from before the error): legacy clients that never call tasks/result see why it failed.
-        legacy["statusMessage"] = _error_text(task.get("result") or {})
-    elif "statusMessage" in task:
-        legacy["statusMessage"] = task["statusMessage"]
-    if task.get("pollIntervalMs") is not None:
-        legacy["pollInterval"] = task["pollIntervalMs"]
-    return legacy
+        status_message = _error_text(task.result if isinstance(task, DetailedTask) and task.result else {})
+    return LegacyTask(
+        task_id=task.task_id,
+        status=status,
+        created_at=task.created_at,
+        last_updated_at=task.last_updated_at,
+        ttl=task.ttl_ms,
+        status_message=status_message,
+        poll_interval=task.poll_interval_ms,
+    )
 
 
 def _error_text(result: Mapping[str, Any]) -> str:
@@ -119,29 +144,27 @@ def _error_text(result: Mapping[str, Any]) -> str:
     return bounded_status(" ".join(item for item in texts if isinstance(item, str)) or "The tool reported an error")
 
 
-def legacy_create_task_result(created: Mapping[str, Any]) -> dict[str, Any]:
+def legacy_create_task_result(created: Task) -> LegacyCreateTaskResult:
     """The nested legacy ``CreateTaskResult``. Legacy tasks MUST start ``working``, so a task the engine
     seeded in another status is reported ``working`` until the first poll."""
     task = legacy_task(created)
-    if task["status"] != LEGACY_STATUS[TaskStatus.WORKING]:
-        task["status"] = LEGACY_STATUS[TaskStatus.WORKING]
-    return {"task": task}
+    working = LEGACY_STATUS[TaskStatus.WORKING]
+    return LegacyCreateTaskResult(task if task.status == working else msgspec.structs.replace(task, status=working))
 
 
 def related_task_meta(task_id: str) -> dict[str, Any]:
     return {META_RELATED_TASK: {"taskId": task_id}}
 
 
-def task_outcome(task: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+def task_outcome(task: DetailedTask) -> tuple[str, dict[str, Any]]:
     """What legacy ``tasks/result`` answers for a terminal task: ``("result", CallToolResult)`` carrying
     the related-task ``_meta``, or ``("error", JSON-RPC error)``."""
-    status = task["status"]
-    if status == TaskStatus.COMPLETED:
-        result = legacy_result(task.get("result") or {"content": []})
-        result["_meta"] = {**(result.get("_meta") or {}), **related_task_meta(str(task["taskId"]))}
+    if task.status == TaskStatus.COMPLETED:
+        result = legacy_result(task.result or {"content": []})
+        result["_meta"] = {**(result.get("_meta") or {}), **related_task_meta(task.task_id)}
         return "result", result
-    if status == TaskStatus.FAILED:
-        error = task.get("error") or InternalError("Task failed").to_error()
+    if task.status == TaskStatus.FAILED:
+        error = task.error or InternalError("Task failed").to_error()
         return "error", dict(error)
     return "error", InternalError("Task was cancelled").to_error()
 
@@ -184,41 +207,36 @@ def legacy_notification(message: dict[str, Any]) -> dict[str, Any]:
     return {**message, "params": params}
 
 
-def legacy_error(error: Mapping[str, Any]) -> ProtocolError:
+def legacy_error(error: ErrorObject) -> ProtocolError:
     """A modern error as the legacy era says it (no -320xx codes a 2025-11-25 client does not know).
 
     A "retry later" (a limit, -31429, or the store, -32603, with ``data.retryAfterSeconds``) stays one:
     raised, it is answered HTTP 429 or 503 with ``Retry-After``, as the engine answers it."""
-    found = error.get("data")
-    data: Mapping[str, Any] = found if isinstance(found, dict) else {}
+    data: Mapping[str, Any] = error.data if isinstance(error.data, dict) else {}
     required = data.get("requiredCapabilities")
-    code = error.get("code")
-    if code == MISSING_REQUIRED_CLIENT_CAPABILITY and isinstance(required, dict):
+    if error.code == MISSING_REQUIRED_CLIENT_CAPABILITY and isinstance(required, dict):
         if EXTENSION_ID in (required.get("extensions") or {}):
             # 2025-11-25, tools section: a task-required tool called without augmentation gets -32601.
             return MethodNotFound("Task augmentation required for tools/call requests")
         return InvalidRequest(f"The client did not declare a capability this request needs: {', '.join(required)}")
     retry_after = data.get("retryAfterSeconds")
     if isinstance(retry_after, int) and not isinstance(retry_after, bool) and retry_after > 0:
-        message = str(error.get("message", "Retry later"))
-        if code == LIMIT_EXCEEDED:
-            return LimitExceeded(message, limit=str(data.get("limit", "")), retry_after_s=retry_after)
-        if code == INTERNAL_ERROR:
-            return Busy(message)
+        if error.code == LIMIT_EXCEEDED:
+            return LimitExceeded(error.message, limit=str(data.get("limit", "")), retry_after_s=retry_after)
+        if error.code == INTERNAL_ERROR:
+            return Busy(error.message)
     return RelayedError(error)
 
 
 class RelayedError(ProtocolError):
     """An error the upstream answered, passed on with its own code."""
 
-    def __init__(self, error: Mapping[str, Any]) -> None:
-        data = error.get("data")
-        super().__init__(str(error.get("message", "Error")), data=data if isinstance(data, dict) else None)
-        code = error.get("code")
-        self.relayed_code = code if isinstance(code, int) and not isinstance(code, bool) else INTERNAL_ERROR
+    def __init__(self, error: ErrorObject) -> None:
+        super().__init__(error.message, data=error.data if isinstance(error.data, dict) else None)
+        self.relayed_code = error.code
 
-    def to_error(self) -> dict[str, Any]:
-        return {**super().to_error(), "code": self.relayed_code}
+    def error_object(self) -> ErrorObject:
+        return msgspec.structs.replace(super().error_object(), code=self.relayed_code)
 
 
 def required_string(params: Mapping[str, Any], name: str) -> str:
@@ -228,9 +246,10 @@ def required_string(params: Mapping[str, Any], name: str) -> str:
     return value
 
 
-def result_of(final: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``result`` of a JSON-RPC response, or its error raised as the legacy era says it."""
+def result_of(final: Mapping[str, Any]) -> TypedResult:
+    """The typed ``result`` of a JSON-RPC response (see ``modern_results``), or its error raised as the
+    legacy era says it."""
     if "error" in final:
         raise legacy_error(final["error"])
-    result: dict[str, Any] = final["result"]
+    result: TypedResult = final["result"]
     return result

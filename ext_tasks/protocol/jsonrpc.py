@@ -188,7 +188,7 @@ def result_message(request_id: RequestId, result: dict[str, Any] | msgspec.Struc
 
 
 def error_message(request_id: RequestId | None, error: ProtocolError) -> dict[str, Any]:
-    message: dict[str, Any] = {"jsonrpc": "2.0", "error": error.to_error()}
+    message: dict[str, Any] = {"jsonrpc": "2.0", "error": error.error_object()}
     if request_id is not None:
         message["id"] = request_id
     else:
@@ -196,7 +196,7 @@ def error_message(request_id: RequestId | None, error: ProtocolError) -> dict[st
     return message
 
 
-def notification_message(method: str, params: dict[str, Any]) -> dict[str, Any]:
+def notification_message(method: str, params: dict[str, Any] | msgspec.Struct) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "method": method, "params": params}
 
 

@@ -14,16 +14,9 @@ import msgspec
 
 from .envelope import Envelope, Target
 from .errors import InvalidParams, MissingClientCapability
+from .params import CompleteParams, GetPromptParams, ListenParams, ListParams, ReadResourceParams, decode_params
 from .tasks import EXTENSION_ID
-from .wire import (
-    CompleteParams,
-    GetPromptParams,
-    ListenParams,
-    ListParams,
-    ReadResourceParams,
-    parse_input_responses,
-    validate_params,
-)
+from .wire import parse_input_responses
 
 Answers = dict[str, dict[str, Any]]
 P = TypeVar("P")
@@ -148,16 +141,16 @@ def loose_target(params: Mapping[str, Any]) -> Target:
 
 
 def prompt_get(params: dict[str, Any], envelope: Envelope) -> PromptGet:
-    checked = validate_params(GetPromptParams, params)
+    checked = decode_params(GetPromptParams, params)
     return PromptGet(checked.name, dict(checked.arguments or {}), _round(params))
 
 
 def resource_read(params: dict[str, Any], envelope: Envelope) -> ResourceRead:
-    return ResourceRead(validate_params(ReadResourceParams, params).uri, _round(params))
+    return ResourceRead(decode_params(ReadResourceParams, params).uri, _round(params))
 
 
 def listing(params: dict[str, Any], envelope: Envelope) -> Listing:
-    return Listing(validate_params(ListParams, params).cursor)
+    return Listing(decode_params(ListParams, params).cursor)
 
 
 def _task_id(params: Mapping[str, Any], envelope: Envelope) -> str:
@@ -181,14 +174,14 @@ def task_update(params: dict[str, Any], envelope: Envelope) -> TaskUpdate:
 
 def listen(params: dict[str, Any], envelope: Envelope) -> ListenParams:
     """The filter of ``subscriptions/listen``; its model caps the ids and URIs one listen may name."""
-    checked = validate_params(ListenParams, params)
+    checked = decode_params(ListenParams, params)
     if checked.notifications.task_ids is not None:
         require_tasks_extension(envelope)  # -32021 before any stream opens
     return checked
 
 
 def complete(params: dict[str, Any], envelope: Envelope) -> CompleteParams:
-    return validate_params(CompleteParams, params)
+    return decode_params(CompleteParams, params)
 
 
 def no_params(params: dict[str, Any], envelope: Envelope) -> NoParams:

@@ -47,19 +47,25 @@ class DiscoverResult(_Cacheable):
     instructions: str | UnsetType = UNSET
 
 
-class ListToolsResult(_Cacheable):
+class _Page(_Cacheable, kw_only=True):
+    """One page of a listing: this server lists everything at once, a remote upstream may page."""
+
+    next_cursor: str | UnsetType = UNSET
+
+
+class ListToolsResult(_Page):
     tools: list[dict[str, Any]]
 
 
-class ListPromptsResult(_Cacheable):
+class ListPromptsResult(_Page):
     prompts: list[dict[str, Any]]
 
 
-class ListResourcesResult(_Cacheable):
+class ListResourcesResult(_Page):
     resources: list[dict[str, Any]]
 
 
-class ListResourceTemplatesResult(_Cacheable):
+class ListResourceTemplatesResult(_Page):
     resource_templates: list[dict[str, Any]]
 
 
@@ -78,18 +84,22 @@ class CompleteResult(Complete):
     completion: dict[str, Any]
 
 
-class ToolCallResult(Complete):
-    """``CallToolResult``: what a tool's function came to (``isError`` for a tool's own failure)."""
+class ToolCallResult(Complete, omit_defaults=False):
+    """``CallToolResult``: what a tool's function came to (``isError`` for a tool's own failure).
+
+    ``isError`` is always written, ``false`` included, and read as ``false`` when a remote server leaves
+    it out (it is optional on the wire); unset members are still left out."""
 
     content: list[dict[str, Any]]
-    is_error: bool
+    is_error: bool = False
     structured_content: Any | UnsetType = UNSET
 
 
 class InputRequiredResult(_Result, tag="input_required"):
     """SEP-2322: the questions of this round (none: a state-only round) and the state to echo."""
 
-    request_state: str
+    #: Optional on the wire (this server always seals one; another server may keep no state).
+    request_state: str | UnsetType = UNSET
     input_requests: dict[str, dict[str, Any]] | UnsetType = UNSET
 
 
@@ -101,7 +111,8 @@ class Task(msgspec.Struct, omit_defaults=True, kw_only=True, rename="camel"):
     created_at: str
     last_updated_at: str
     ttl_ms: int | None
-    poll_interval_ms: int
+    #: Always suggested by this server; optional on the wire, so a remote server may leave it out.
+    poll_interval_ms: int | UnsetType = UNSET
     status_message: str | UnsetType = UNSET
 
 
@@ -119,6 +130,16 @@ class CreateTaskResult(Task, tag_field="resultType", tag="task"):
 
 class GetTaskResult(DetailedTask, tag_field="resultType", tag="complete"):
     meta: Meta | UnsetType = msgspec.field(default=UNSET, name="_meta")
+
+
+class ErrorObject(msgspec.Struct, omit_defaults=True):
+    """A JSON-RPC ``error`` member: how every failure is told (``ProtocolError.error_object``), and how the
+    shim reads another server's. ``data`` is what the failure adds (a limit and when to retry, the
+    capabilities a request needed, the sizes it went over); JSON-RPC lets it be any value."""
+
+    code: int
+    message: str
+    data: Any | UnsetType = UNSET
 
 
 #: Every typed result: each has ``meta`` for the engine to fill.

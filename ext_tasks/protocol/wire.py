@@ -1,16 +1,17 @@
 """Pydantic models of the 2026-07-28 shapes this server reads and writes (camelCase on the wire).
 
-Incoming params are validated with these models; a validation failure becomes -32602 with a short,
-readable message (:func:`validate_params`). Extra fields are allowed everywhere, as the spec asks
+A client's answers to input requests are validated with these models; a validation failure becomes
+-32602 with a short, readable message (:func:`validate_params`). (Request params are Structs:
+:mod:`.params`.) Extra fields are allowed everywhere, as the spec asks
 servers to ignore what they do not know.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any, Final, Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic.alias_generators import to_camel
 
 from .errors import InvalidParams
@@ -21,70 +22,6 @@ class WireModel(BaseModel):
 
     def to_wire(self) -> dict[str, Any]:
         return self.model_dump(by_alias=True, exclude_none=True, mode="json")
-
-
-# --- params of client requests -------------------------------------------------------------------
-
-
-class MrtrParams(WireModel):
-    """Params shared by the three methods that may answer ``input_required`` (SEP-2322)."""
-
-    input_responses: dict[str, Any] | None = None
-    request_state: str | None = None
-
-
-class GetPromptParams(MrtrParams):
-    name: str
-    arguments: dict[str, str] | None = None
-
-
-class ReadResourceParams(MrtrParams):
-    uri: str
-
-
-class ListParams(WireModel):
-    cursor: str | None = None
-
-
-class CompletionReference(WireModel):
-    type: Literal["ref/prompt", "ref/resource"]
-    name: str | None = None
-    uri: str | None = None
-
-
-class CompletionArgument(WireModel):
-    name: str
-    value: str
-
-
-class CompletionContext(WireModel):
-    arguments: dict[str, str] | None = None
-
-
-class CompleteParams(WireModel):
-    ref: CompletionReference
-    argument: CompletionArgument
-    context: CompletionContext | None = None
-
-
-#: What one ``subscriptions/listen`` may ask to watch: each id is a store lookup, each URI a filter.
-MAX_LISTEN_TASK_IDS: Final = 1_000
-MAX_LISTEN_RESOURCES: Final = 1_000
-MAX_WATCHED_ID_CHARS: Final = 256
-_WatchedId = Annotated[str, StringConstraints(min_length=1, max_length=MAX_WATCHED_ID_CHARS)]
-_WatchedUri = Annotated[str, StringConstraints(min_length=1, max_length=8 * MAX_WATCHED_ID_CHARS)]
-
-
-class NotificationFilter(WireModel):
-    tools_list_changed: bool = False
-    prompts_list_changed: bool = False
-    resources_list_changed: bool = False
-    resource_subscriptions: Annotated[list[_WatchedUri], Field(max_length=MAX_LISTEN_RESOURCES)] | None = None
-    task_ids: Annotated[list[_WatchedId], Field(max_length=MAX_LISTEN_TASK_IDS)] | None = None
-
-
-class ListenParams(WireModel):
-    notifications: NotificationFilter = Field(default_factory=NotificationFilter)
 
 
 # --- answers to input requests (what a client puts in inputResponses) ----------------------------

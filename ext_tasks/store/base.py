@@ -43,6 +43,7 @@ from typing import Final, Protocol
 from ..protocol.tasks import TaskRecord
 from .connection.errors import TaskStoreUnavailable as TaskStoreUnavailable  # raised there, caught from here
 from .ids import partition_of_key
+from .listing import TaskListing
 
 #: How long an expired task is still reported as "expired" rather than "not found".
 TOMBSTONE_MS: Final = 24 * 3600 * 1000
@@ -244,6 +245,11 @@ class TaskStore(Records, RunQueue, Broadcast, Claims, Protocol):
     def places(self) -> OwnerPlaces:
         """The owners' places, which ``create`` takes and ``commit`` settles; the engine grows a place
         before it merges answers, and the legacy shim counts its own tasks there."""
+        ...
+
+    @property
+    def listing(self) -> TaskListing:
+        """The operator's view of what the store keeps (:mod:`.listing`): the admin listener's only."""
         ...
 
     async def open(self) -> None: ...

@@ -22,6 +22,7 @@ from ..clock import now_ms
 from ..protocol.tasks import TaskRecord
 from .base import TOMBSTONE_MS, ActiveLimit, ExistingTask, Expired, IdempotencyClaim, Run, WatchItem
 from .ceilings import CEILING, within_ceiling
+from .listing import Lease, TaskRow, row_of
 from .places import MemoryPlaces, place_changes, place_of
 
 _SWEEP_EVERY_S: Final = 60.0
@@ -41,6 +42,10 @@ class MemoryTaskStore:
         self._queue: asyncio.Queue[tuple[str, int]] = asyncio.Queue()
         self._deliveries = 0
         self._watchers: dict[str, set[asyncio.Queue[WatchItem]]] = {}
+        #: Runs taken and not yet acknowledged, by delivery: the task, its holder, when it last heartbeated.
+        self._held: dict[str, tuple[str, str, int, int]] = {}
+        #: The operator's listing (the same store: in one process there is nothing to split).
+        self.listing = self
 
     async def open(self) -> None:
         if self._sweeper is None:
@@ -70,6 +75,8 @@ class MemoryTaskStore:
         self._tombstones = within_ceiling({key: value for key, value in self._tombstones.items() if value[1] > now})
         self._idempotency = within_ceiling({key: value for key, value in self._idempotency.items() if value[1] > now})
         self._claims = within_ceiling({key: until for key, until in self._claims.items() if until > now})
+        # A run left unacknowledged (its run failed unexpectedly; nothing reclaims here) is forgotten with its task.
+        self._held = {delivery: held for delivery, held in self._held.items() if held[0] in self._records}
         self.places.sweep()
 
     def sizes(self) -> dict[str, int]:
@@ -142,6 +149,8 @@ class MemoryTaskStore:
             await self.places.settle(place_of(after))  # never suspends
         if enqueue:
             self._queue.put_nowait((after.task_id, 0))
+        if finishing is not None:
+            self._held.pop(finishing.delivery, None)
         for watcher in self._watchers.get(after.task_id, ()):
             if watcher.full():  # a watcher too slow to keep up loses its oldest changes, not our memory
                 watcher.get_nowait()
@@ -167,25 +176,54 @@ class MemoryTaskStore:
         while len(queued) < count and not self._queue.empty():
             queued.append(self._queue.get_nowait())
         runs = []
+        now = self._clock_ms()
         for task_id, earlier in queued:
             self._deliveries += 1
             runs.append(Run(task_id=task_id, delivery=str(self._deliveries), attempt=earlier + 1))
+            self._held[runs[-1].delivery] = (task_id, consumer, now, earlier + 1)
         return runs
 
     async def heartbeat(self, consumer: str, runs: list[Run]) -> list[Run]:
+        now = self._clock_ms()
+        for run in runs:
+            if run.delivery in self._held:
+                self._held[run.delivery] = (run.task_id, consumer, now, run.attempt)
         return []  # a run cannot outlive its only worker here
 
     async def reclaim(self, consumer: str, min_idle_ms: int, count: int) -> list[Run]:
         return []
 
     async def ack(self, run: Run) -> None:
-        return None
+        self._held.pop(run.delivery, None)
 
     async def queue_depth(self) -> int:
         return self._queue.qsize()
 
     async def requeue(self, run: Run) -> None:
+        self._held.pop(run.delivery, None)
         self._queue.put_nowait((run.task_id, run.attempt))
+
+    # --- the operator's listing (store.listing) ---------------------------------------------------------
+
+    async def rows(self) -> list[TaskRow]:
+        now = self._clock_ms()
+        return [row_of(record) for record in self._records.values() if not _lapsed(record, now)]
+
+    async def leases(self) -> dict[str, Lease]:
+        now = self._clock_ms()
+        held: dict[str, Lease] = {}
+        for task_id, holder, seen_ms, attempt in self._held.values():
+            held[task_id] = Lease(task_id, holder, max(0, now - seen_ms), attempt)
+        return held
+
+    async def remove(self, task_id: str) -> bool:
+        record = self._records.get(task_id)
+        if record is None or not (record.terminal or _lapsed(record, self._clock_ms())):
+            return False
+        del self._records[task_id]
+        self._tombstones.pop(task_id, None)
+        await self.places.give_back(record.owner, task_id)  # never suspends
+        return True
 
     @contextlib.asynccontextmanager
     async def watch(self, task_id: str) -> AsyncIterator[asyncio.Queue[WatchItem]]:
@@ -199,3 +237,8 @@ class MemoryTaskStore:
             watchers.discard(queue)
             if not watchers and self._watchers.get(task_id) is watchers:
                 del self._watchers[task_id]
+
+
+def _lapsed(record: TaskRecord, now: int) -> bool:
+    expires = record.expires_at_ms
+    return expires is not None and expires <= now

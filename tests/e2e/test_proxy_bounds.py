@@ -144,6 +144,8 @@ def test_a_legacy_caller_gets_the_same_answers_in_its_era(proxy: tuple[str, int]
         "redirect": (502, "Upstream answered HTTP 307 without a body"),
         "empty-502": (502, "Upstream answered HTTP 502 without a body"),
         "deep": (502, "nested deeper than 100 levels"),
+        # Read into the result type of its method before it is translated: a wrong shape is refused there.
+        "malformed": (502, "Upstream answered tools/call with a malformed result: Expected `array`, got `str`"),
     }
     for tool, (status, text) in expected.items():
         response = call(tool)

@@ -337,3 +337,14 @@ async def rest_of(items: AsyncIterator[StreamItem]) -> list[dict[str, Any]]:
     """Every remaining message of a stream, to its end."""
     with anyio.fail_after(WAIT_S):
         return [wire_of(item) async for item in items if item is not None]
+
+
+#: A modern ``Task`` as a 2026-07-28 server sends it (the shim's input in the translation tests).
+MODERN_TASK: dict[str, Any] = {
+    "taskId": "t1",
+    "status": "working",
+    "createdAt": "2026-11-29T10:00:00.000Z",
+    "lastUpdatedAt": "2026-11-29T10:00:01.000Z",
+    "ttlMs": 60_000,
+    "pollIntervalMs": 250,
+}

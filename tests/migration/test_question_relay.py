@@ -13,7 +13,9 @@ from typing import Any
 
 import anyio
 import pytest
+from msgspec import UNSET
 
+from ext_tasks.protocol.result_types import DetailedTask
 from migration.legacy_tasks import Answer, Relay, StreamQuestions
 from migration.sessions import MemorySessionStore
 from tests.migration.shim_support import ADA, RELATED_TASK, WAIT_S
@@ -31,9 +33,21 @@ def related(task_id: str) -> dict[str, Any]:
 QUESTION = {"method": "elicitation/create", "params": {"mode": "form", "message": "Name?", "requestedSchema": {}}}
 
 
-def asking(task_id: str, updated: str, **questions: dict[str, Any]) -> dict[str, Any]:
+def task_in(status: str, task_id: str, updated: str, **questions: dict[str, Any]) -> DetailedTask:
+    """A modern DetailedTask as the shim reads it (typed), last updated at ``updated``."""
+    return DetailedTask(
+        task_id=task_id,
+        status=status,
+        created_at="2026-01-01T00:00:00Z",
+        last_updated_at=updated,
+        ttl_ms=60_000,
+        input_requests=questions if status == "input_required" else UNSET,
+    )
+
+
+def asking(task_id: str, updated: str, **questions: dict[str, Any]) -> DetailedTask:
     """A modern DetailedTask waiting for input."""
-    return {"taskId": task_id, "status": "input_required", "lastUpdatedAt": updated, "inputRequests": questions}
+    return task_in("input_required", task_id, updated, **questions)
 
 
 def test_a_relay_asks_each_question_of_a_task_once_and_ignores_an_older_state_of_the_task() -> None:
@@ -44,7 +58,7 @@ def test_a_relay_asks_each_question_of_a_task_once_and_ignores_an_older_state_of
         relay.request(key, entry, "t1")
     again = relay.questions(asking("t1", "2026-01-01T00:00:03Z", name=QUESTION, colour=QUESTION))
     older = relay.questions(asking("t1", "2026-01-01T00:00:01Z", late=QUESTION))
-    working = relay.questions({"taskId": "t1", "status": "working", "lastUpdatedAt": "2026-01-01T00:00:04Z"})
+    working = relay.questions(task_in("working", "t1", "2026-01-01T00:00:04Z"))
 
     assert list(first) == ["name"]
     assert list(again) == ["colour"]
@@ -80,7 +94,7 @@ def test_a_relay_forgets_the_unanswered_questions_of_a_task_that_ended() -> None
     request = relay.request("name", QUESTION, "t1")
     relay.request("other", QUESTION, "t2")
 
-    assert relay.questions({"taskId": "t1", "status": "cancelled", "lastUpdatedAt": "2026-01-01T00:00:09Z"}) == {}
+    assert relay.questions(task_in("cancelled", "t1", "2026-01-01T00:00:09Z")) == {}
     assert relay.held() == [("t2", "other")]
     assert relay.answer({"kind": "response", "message": {"id": request["id"], "result": ADA}}) is None
 

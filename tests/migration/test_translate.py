@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import pytest
 
 from ext_tasks.protocol.errors import INTERNAL_ERROR, INVALID_PARAMS, LIMIT_EXCEEDED
+from ext_tasks.protocol.result_types import CreateTaskResult, DetailedTask, ErrorObject
 from migration.router import classify
 from migration.translate import (
     answer_from_legacy_response,
@@ -21,16 +23,20 @@ from migration.translate import (
     negotiate_version,
     task_outcome,
 )
+from tests.migration.shim_support import MODERN_TASK as TASK
 
 RELATED = "io.modelcontextprotocol/related-task"
-TASK = {
-    "taskId": "t1",
-    "status": "working",
-    "createdAt": "2026-11-29T10:00:00.000Z",
-    "lastUpdatedAt": "2026-11-29T10:00:01.000Z",
-    "ttlMs": 60_000,
-    "pollIntervalMs": 250,
-}
+
+
+def typed(task: dict[str, Any]) -> DetailedTask:
+    """A modern task as the shim reads it: the engine's typed ``DetailedTask``."""
+    return msgspec.convert(task, DetailedTask)
+
+
+def wire(value: msgspec.Struct) -> dict[str, Any]:
+    """What the legacy client receives."""
+    converted: dict[str, Any] = msgspec.to_builtins(value)
+    return converted
 
 
 @pytest.mark.parametrize(
@@ -63,7 +69,7 @@ TASK = {
     ],
 )
 def test_a_modern_task_reads_as_a_flat_legacy_task(modern: dict[str, Any], legacy: dict[str, Any]) -> None:
-    translated = legacy_task(modern)
+    translated = wire(legacy_task(typed(modern)))
     assert translated.items() >= legacy.items()
     # Never the modern names, nor what only DetailedTask carries.
     assert not {"ttlMs", "pollIntervalMs", "result", "error", "inputRequests", "resultType"} & translated.keys()
@@ -71,12 +77,12 @@ def test_a_modern_task_reads_as_a_flat_legacy_task(modern: dict[str, Any], legac
 
 @pytest.mark.parametrize("status", ["working", "completed", "failed"])
 def test_once_cancelled_by_a_legacy_client_a_task_stays_cancelled(status: str) -> None:
-    assert legacy_status({**TASK, "status": status}, cancelled_by_legacy=True) == "cancelled"
+    assert legacy_status(typed({**TASK, "status": status}), cancelled_by_legacy=True) == "cancelled"
 
 
 def test_create_task_result_is_nested_and_starts_working() -> None:
-    created = {"resultType": "task", **TASK, "status": "input_required"}
-    assert legacy_create_task_result(created) == {"task": {**legacy_task(TASK), "status": "working"}}
+    created = msgspec.convert({"resultType": "task", **TASK, "status": "input_required"}, CreateTaskResult)
+    assert wire(legacy_create_task_result(created)) == {"task": {**wire(legacy_task(typed(TASK))), "status": "working"}}
 
 
 @pytest.mark.parametrize(
@@ -94,7 +100,7 @@ def test_create_task_result_is_nested_and_starts_working() -> None:
     ],
 )
 def test_tasks_result_answers_what_the_call_would_have(task: dict[str, Any], outcome: tuple[str, Any]) -> None:
-    assert task_outcome(task) == outcome
+    assert task_outcome(typed(task)) == outcome
 
 
 @pytest.mark.parametrize(
@@ -249,7 +255,7 @@ def test_era_routing(headers: dict[str, list[str]], body: bytes, era: str) -> No
 def test_upstream_errors_keep_their_retry_later(
     modern: dict[str, Any], status: int, headers: dict[str, str], code: int
 ) -> None:
-    error = legacy_error(modern)
+    error = legacy_error(msgspec.convert(modern, ErrorObject))
 
     assert (error.http_status, error.http_headers(), error.to_error()["code"]) == (status, headers, code)
     assert error.to_error()["message"] == modern["message"]

@@ -16,11 +16,12 @@ answers are chosen by the called tool's name.
   0.25 s for ``quiet_s``, then the result;
 - ``redirect``: 307 with an empty body; ``empty-502``: 502 with an empty body; ``deep``: a result nested
   100,000 levels deep;
-- ``forever``: a task that stays ``working`` with ``pollIntervalMs: 0``;
+- ``forever``: a task that stays ``working`` with ``pollIntervalMs: 0``; ``malformed``: a result that is not a
+  ``CallToolResult`` (``content`` a string);
 - ``unauthorized``: 401 with a Bearer challenge naming the upstream's resource metadata (:data:`CHALLENGE`).
 
-``tools/list`` lists them; ``tasks/get`` says ``working`` (``pollIntervalMs: 0``); ``tasks/cancel`` is never
-answered; ``subscriptions/listen``
+``tools/list`` lists them (a valid listing: the proxy reads its ``Mcp-Param-*`` annotations); ``tasks/get``
+says ``working`` (``pollIntervalMs: 0``); ``tasks/cancel`` is never answered; ``subscriptions/listen``
 is refused (-32601) unless ``quiet_listen`` is set: then it is acknowledged after ``quiet_s`` of silence.
 Every request is counted by method (and tool name) with its arrival time.
 """
@@ -39,7 +40,7 @@ from typing import Any
 from ext_tasks.protocol.errors import INVALID_REQUEST, METHOD_NOT_FOUND
 
 TOOLS = ("ok", "huge", "endless-line", "endless-event", "stall", "keepalives", "redirect", "empty-502", "deep",
-         "forever", "unauthorized")  # fmt: skip
+         "forever", "unauthorized", "malformed")  # fmt: skip
 CHALLENGE = 'Bearer resource_metadata="http://127.0.0.1/.well-known/oauth-protected-resource/mcp", scope="mcp:tools"'
 _CHUNK = b"x" * 65536
 #: The task ``forever`` starts, as every ``tasks/get`` reads it.
@@ -133,7 +134,10 @@ class HostileServer:
 
     async def _tools(self, request_id: Any, writer: asyncio.StreamWriter) -> bool:
         tools = [{"name": name, "inputSchema": {"type": "object"}} for name in TOOLS]
-        return await _json(writer, _result(request_id, {"tools": tools}))
+        return await _json(writer, _result(request_id, {"tools": tools, "ttlMs": 0, "cacheScope": "private"}))
+
+    async def _malformed(self, request_id: Any, writer: asyncio.StreamWriter) -> bool:
+        return await _json(writer, _result(request_id, {"resultType": "complete", "content": "not a list"}))
 
     async def _huge(self, request_id: Any, writer: asyncio.StreamWriter) -> bool:
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
@@ -233,6 +237,7 @@ class HostileServer:
         "tools/call:deep": _deep,
         "tools/call:forever": _forever,
         "tools/call:unauthorized": _unauthorized,
+        "tools/call:malformed": _malformed,
     }
 
 

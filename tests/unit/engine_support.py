@@ -259,7 +259,7 @@ async def error_of(
     assert reply.message is not None
     assert "error" in reply.message, reply.message
     assert reply.message["id"] == kwargs.get("request_id", 1)
-    error: dict[str, Any] = reply.message["error"]
+    error: dict[str, Any] = reply.wire["error"]
     assert error["code"] == code, reply.message
     if status is not None:
         assert reply.status == status, reply.message
@@ -303,7 +303,7 @@ def result(reply: JsonReply) -> dict[str, Any]:
 
 def error(reply: JsonReply) -> dict[str, Any]:
     assert reply.message is not None and "error" in reply.message, reply.message
-    found: dict[str, Any] = reply.message["error"]
+    found: dict[str, Any] = reply.wire["error"]
     return found
 
 

@@ -19,10 +19,10 @@ from ext_tasks.engine import Engine
 from ext_tasks.options import LegacyOptions, TaskOptions, WorkerOptions
 from ext_tasks.protocol.errors import INTERNAL_ERROR, INVALID_PARAMS, LIMIT_EXCEEDED
 from ext_tasks.protocol.jsonrpc import encode
+from ext_tasks.protocol.params import MAX_LISTEN_TASK_IDS, MAX_WATCHED_ID_CHARS
 from ext_tasks.protocol.resume import ResumeCodec
 from ext_tasks.protocol.states import TaskStatus
 from ext_tasks.protocol.tasks import TaskRecord
-from ext_tasks.protocol.wire import MAX_LISTEN_TASK_IDS, MAX_WATCHED_ID_CHARS
 from ext_tasks.replies import JsonReply, StreamReply
 from ext_tasks.store.base import TOMBSTONE_MS, IdempotencyClaim
 from ext_tasks.store.ceilings import within_ceiling
@@ -249,7 +249,7 @@ async def test_listen_checks_every_id_in_one_store_call_and_refuses_too_many_or_
     ):
         refused = await send(engine, "subscriptions/listen", {"notifications": notifications})
         assert isinstance(refused, JsonReply) and refused.message is not None
-        assert refused.message["error"]["code"] == INVALID_PARAMS, refused.message
+        assert refused.wire["error"]["code"] == INVALID_PARAMS, refused.message
     assert store.owner_calls == 1  # refused before any store work
     engine.close()
 
@@ -290,5 +290,5 @@ async def test_stored_tasks_per_principal_are_capped_in_any_status() -> None:
     refused = await send(engine, "tools/call", {"name": "job", "arguments": {}})
     assert isinstance(refused, JsonReply) and refused.message is not None
     assert refused.status == 429 and refused.headers == {"Retry-After": "60"}
-    assert refused.message["error"]["data"]["limit"] == "max_stored_tasks"
+    assert refused.wire["error"]["data"]["limit"] == "max_stored_tasks"
     engine.close()

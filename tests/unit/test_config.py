@@ -325,3 +325,26 @@ def test_every_variable_of_the_readme_is_a_setting_of_the_same_name() -> None:
         {"EXT_TASKS_TASK_TTL_MS": "1234", "EXT_TASKS_NO_WORKERS": "true", "EXT_TASKS_MAX_WAITS": "7"}
     )
     assert (read.tasks.task_ttl_ms, read.worker.no_workers, read.engine.max_waits) == (1234, True, 7)
+
+
+def test_the_admin_listener_is_off_by_default_and_needs_its_own_tokens() -> None:
+    assert not Settings().admin.enabled and Settings().admin.admin_host == "127.0.0.1"
+    settings = settings_from_env(
+        {
+            "EXT_TASKS_ADMIN_PORT": "3002",
+            "EXT_TASKS_ADMIN_TOKENS": "tok-one, tok-two",
+            "EXT_TASKS_ADMIN_STUCK_INPUT_S": "90",
+        }
+    ).validate()
+    admin = settings.admin
+    assert (admin.admin_port, admin.admin_stuck_input_s) == (3002, 90.0)
+    assert [token.get_secret_value() for token in admin.admin_tokens] == ["tok-one", "tok-two"]
+    assert "tok-one" not in repr(settings) and "tok-one" not in str(admin)
+    with pytest.raises(ConfigError, match="EXT_TASKS_ADMIN_TOKENS"):
+        settings_from_env({"EXT_TASKS_ADMIN_PORT": "3002"}).validate()
+    with pytest.raises(ConfigError, match="EXT_TASKS_ADMIN_PORT must be at most 65535"):
+        settings_from_env({"EXT_TASKS_ADMIN_PORT": "70000"})
+    with pytest.raises(ConfigError, match="shared store"):
+        settings_from_env(
+            {"EXT_TASKS_ADMIN_PORT": "3002", "EXT_TASKS_ADMIN_TOKENS": "t", "EXT_TASKS_SERVER": "granian"}
+        ).validate()

@@ -79,7 +79,7 @@ async def test_request_without_meta_is_invalid_params_with_http_400(engine: Engi
     assert reply.status == 400
     assert reply.message is not None
     assert reply.message["id"] == 3
-    assert reply.message["error"]["code"] == INVALID_PARAMS
+    assert reply.wire["error"]["code"] == INVALID_PARAMS
 
 
 async def test_body_that_is_not_json_is_a_parse_error_with_null_id(engine: Engine) -> None:
@@ -88,7 +88,7 @@ async def test_body_that_is_not_json_is_a_parse_error_with_null_id(engine: Engin
     assert reply.status == 400
     assert reply.message is not None
     assert reply.message["id"] is None
-    assert reply.message["error"]["code"] == PARSE_ERROR
+    assert reply.wire["error"]["code"] == PARSE_ERROR
 
 
 async def test_header_mismatch_answers_400_and_echoes_the_id(engine: Engine) -> None:
@@ -100,7 +100,7 @@ async def test_header_mismatch_answers_400_and_echoes_the_id(engine: Engine) -> 
     assert reply.status == 400
     assert reply.message is not None
     assert reply.message["id"] == "h-1"
-    assert reply.message["error"]["code"] == HEADER_MISMATCH
+    assert reply.wire["error"]["code"] == HEADER_MISMATCH
 
 
 async def test_unsupported_version_answers_400_with_the_supported_versions(engine: Engine) -> None:
@@ -110,8 +110,8 @@ async def test_unsupported_version_answers_400_with_the_supported_versions(engin
 
     assert reply.status == 400
     assert reply.message is not None
-    assert reply.message["error"]["code"] == UNSUPPORTED_PROTOCOL_VERSION
-    assert reply.message["error"]["data"] == {"supported": [VERSION], "requested": "1900-01-01"}
+    assert reply.wire["error"]["code"] == UNSUPPORTED_PROTOCOL_VERSION
+    assert reply.wire["error"]["data"] == {"supported": [VERSION], "requested": "1900-01-01"}
 
 
 async def test_notification_is_accepted_with_202_and_no_body(engine: Engine) -> None:
@@ -130,7 +130,7 @@ async def test_client_response_is_refused_as_an_invalid_request(engine: Engine) 
     assert reply.status == 400
     assert reply.message is not None
     assert reply.message["id"] == "resp-1"
-    assert reply.message["error"]["code"] == INVALID_REQUEST
+    assert reply.wire["error"]["code"] == INVALID_REQUEST
 
 
 # --- Mcp-Param-* headers of a tool's arguments -------------------------------------------------------

@@ -226,7 +226,7 @@ async def listen(engine: Engine, capabilities: dict[str, Any]) -> StreamReply | 
     if isinstance(reply, StreamReply):
         return reply
     assert reply.message is not None
-    return {"status": reply.status, **reply.message["error"]}
+    return {"status": reply.status, **reply.wire["error"]}
 
 
 async def test_listen_for_tasks_on_a_server_without_tasks_is_acknowledged_without_task_ids() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import msgspec
 import pytest
 
 from ext_tasks.protocol.errors import INVALID_REQUEST, PARSE_ERROR, InvalidRequest, ParseError
@@ -182,13 +183,13 @@ def test_id_of_is_none_when_there_is_no_usable_id(body: bytes) -> None:
 
 
 def test_error_message_without_a_known_id_carries_a_null_id() -> None:
-    message = error_message(None, ParseError("Parse error"))
+    message = msgspec.to_builtins(error_message(None, ParseError("Parse error")))
 
     assert message == {"jsonrpc": "2.0", "id": None, "error": {"code": PARSE_ERROR, "message": "Parse error"}}
 
 
 def test_error_message_echoes_the_request_id() -> None:
-    message = error_message("abc", InvalidRequest("Invalid Request"))
+    message = msgspec.to_builtins(error_message("abc", InvalidRequest("Invalid Request")))
 
     assert message["id"] == "abc"
     assert message["error"]["code"] == INVALID_REQUEST

@@ -69,8 +69,8 @@ async def test_a_principal_past_its_active_task_cap_is_told_clearly_and_others_a
     refused = await call(engine, "tools/call", {"name": "job", "arguments": {}})
     assert refused.status == 429
     assert refused.message is not None
-    assert refused.message["error"]["code"] == LIMIT_EXCEEDED  # application-defined: "retry later", not "malformed"
-    assert "limit is 2" in refused.message["error"]["message"]
+    assert refused.wire["error"]["code"] == LIMIT_EXCEEDED  # application-defined: "retry later", not "malformed"
+    assert "limit is 2" in refused.wire["error"]["message"]
     assert "result" in (await call(engine, "tools/call", {"name": "job", "arguments": {}}, BOB)).message  # type: ignore[operator]
 
 
@@ -123,7 +123,7 @@ async def test_polling_faster_than_half_the_interval_is_refused_when_limited() -
     clock.now_ms += 400
     too_soon = await call(engine, "tasks/get", {"taskId": task_id})
     assert too_soon.status == 429
-    assert too_soon.message is not None and "pollIntervalMs (1000 ms)" in too_soon.message["error"]["message"]
+    assert too_soon.message is not None and "pollIntervalMs (1000 ms)" in too_soon.wire["error"]["message"]
     clock.now_ms += 200  # 600 ms after the first poll: more than half the interval
     assert (await call(engine, "tasks/get", {"taskId": task_id})).status == 200
     # Another principal polling the same id is not slowed by alice (and sees "not found" anyway).

@@ -161,7 +161,7 @@ def result(reply: JsonReply) -> dict[str, Any]:
 def error(reply: JsonReply) -> dict[str, Any]:
     assert reply.message is not None and "error" in reply.message, reply.message
     assert reply.message["id"] == 1, reply.message
-    found: dict[str, Any] = reply.message["error"]
+    found: dict[str, Any] = reply.wire["error"]
     return found
 
 
@@ -364,4 +364,4 @@ async def test_nesting_too_deep_to_digest_or_seal_is_a_parse_error_not_a_crash(e
     assert [depth for depth, reply in replies.items() if reply.status >= 500] == []
     for depth, reply in replies.items():
         assert reply.status == 400, (depth, reply)
-        assert reply.message is not None and reply.message["error"]["code"] == PARSE_ERROR, (depth, reply.message)
+        assert reply.message is not None and reply.wire["error"]["code"] == PARSE_ERROR, (depth, reply.message)

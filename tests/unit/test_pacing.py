@@ -168,7 +168,7 @@ async def test_a_listen_is_charged_per_id_it_names_and_refused_before_the_ids_ar
     for _ in range(2):  # 5 left, 15 asked: refused, and a refusal takes nothing
         refused = await engine.handle(body, headers, ALICE)
         assert isinstance(refused, JsonReply) and refused.status == 429 and refused.message is not None
-        assert refused.message["error"]["data"] == {"limit": "pacing", "retryAfterSeconds": 1}
+        assert refused.wire["error"]["data"] == {"limit": "pacing", "retryAfterSeconds": 1}
         assert refused.hold_s == pytest.approx(1.0, abs=0.05)  # 10 units at 10 a second
     other = await engine.handle(body, headers, BOB)
     assert isinstance(other, StreamReply)

@@ -183,7 +183,7 @@ async def error_of(
     reply = await send(engine, method, params, **kwargs)
     assert reply.message is not None
     assert "result" not in reply.message, reply.message
-    error: dict[str, Any] = reply.message["error"]
+    error: dict[str, Any] = reply.wire["error"]
     return reply.status, error
 
 
@@ -378,8 +378,8 @@ async def test_another_principals_task_is_not_found_exactly_like_an_unknown_id(e
     unknown = await send(engine, method, task_params(method, "no-such-task"), principal=BOB)
     assert foreign.message is not None and unknown.message is not None
     assert foreign.status == unknown.status
-    assert foreign.message["error"] == unknown.message["error"]
-    assert foreign.message["error"]["message"] == NOT_FOUND
+    assert foreign.wire["error"] == unknown.wire["error"]
+    assert foreign.wire["error"]["message"] == NOT_FOUND
     # Bob's attempt changed nothing for Alice.
     assert (await get_task(engine, task_id))["status"] == "working"
 
@@ -578,8 +578,8 @@ async def test_strict_headers_refuse_a_missing_mcp_name(
     task_id = await create_task(strict)
     reply = await send_without_mcp_name(strict, method, task_params(method, task_id))
     assert reply.message is not None
-    assert (reply.status, reply.message["error"]["code"]) == (400, HEADER_MISMATCH)
-    assert "Mcp-Name is missing" in reply.message["error"]["message"]
+    assert (reply.status, reply.wire["error"]["code"]) == (400, HEADER_MISMATCH)
+    assert "Mcp-Name is missing" in reply.wire["error"]["message"]
     assert (await get_task(strict, task_id))["status"] == "working"
 
 
@@ -592,7 +592,7 @@ async def test_calls_keep_requiring_mcp_name(engine: Engine, method: str) -> Non
     }
     reply = await send_without_mcp_name(engine, method, params[method])
     assert reply.message is not None
-    assert (reply.status, reply.message["error"]["code"]) == (400, HEADER_MISMATCH)
+    assert (reply.status, reply.wire["error"]["code"]) == (400, HEADER_MISMATCH)
 
 
 @pytest.mark.parametrize("method", ["tasks/result", "tasks/list"])

@@ -159,7 +159,7 @@ def result(reply: JsonReply) -> dict[str, Any]:
 
 def error(reply: JsonReply) -> dict[str, Any]:
     assert reply.message is not None and "error" in reply.message, reply.message
-    value: dict[str, Any] = reply.message["error"]
+    value: dict[str, Any] = reply.wire["error"]
     return value
 
 

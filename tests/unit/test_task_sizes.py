@@ -116,7 +116,7 @@ def blob_of(encoded: int) -> dict[str, str]:
 
 def refused_as_too_large(reply: JsonReply, part: str, size: int, limit: int) -> None:
     assert reply.status == 413, reply.message
-    error = reply.message["error"] if reply.message else {}
+    error = reply.wire["error"] if reply.message else {}
     assert error["code"] == INVALID_PARAMS
     assert error["data"] == {f"{part}Bytes": size, f"max{part.capitalize()}Bytes": limit}
 
@@ -193,7 +193,7 @@ async def test_answers_past_the_principals_byte_budget_are_refused_with_429() ->
     await served.worker.execute(task_id)
     refused = await served.send("tasks/update", {"taskId": task_id, "inputResponses": {"a": answer(9 * 1024)}})
     assert refused.status == 429 and refused.headers == {"Retry-After": "60"}
-    assert refused.message is not None and refused.message["error"]["data"]["limit"] == "max_stored_bytes"
+    assert refused.message is not None and refused.wire["error"]["data"]["limit"] == "max_stored_bytes"
     assert set((await served.record(task_id)).input_requests) == {"a", "b"}
     assert await served.store.places.charged("alice") <= 8 * 1024
 
@@ -211,8 +211,8 @@ async def test_a_principals_tasks_are_refused_once_their_bytes_would_pass_the_bu
         created += 1
     assert created == 6  # six tasks of ~10 KB fit in 64 KiB; the seventh does not
     assert reply.status == 429 and reply.headers == {"Retry-After": "60"}
-    assert reply.message is not None and reply.message["error"]["code"] == LIMIT_EXCEEDED
-    assert reply.message["error"]["data"] == {"limit": "max_stored_bytes", "retryAfterSeconds": 60}
+    assert reply.message is not None and reply.wire["error"]["code"] == LIMIT_EXCEEDED
+    assert reply.wire["error"]["data"] == {"limit": "max_stored_bytes", "retryAfterSeconds": 60}
     assert await served.store.places.charged("alice") <= 64 * 1024
     # Another principal has a budget of its own.
     assert (await served.start("keep", blob_of(10_000), principal=BOB)).status == 200

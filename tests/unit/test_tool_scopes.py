@@ -99,7 +99,7 @@ async def test_a_token_without_the_tools_scope_gets_403_naming_it(engine: Engine
     reply = await send(engine, "tools/call", {"name": "deploy", "arguments": {"service": "api"}}, READER)
     assert reply.status == 403
     assert reply.message is not None
-    assert reply.message["error"]["code"] == INVALID_REQUEST
+    assert reply.wire["error"]["code"] == INVALID_REQUEST
     assert "insufficient_scope" in reply.headers["WWW-Authenticate"]
     assert 'scope="deploy:production"' in reply.headers["WWW-Authenticate"]
 

@@ -7,7 +7,8 @@ Every multi-step change is one Lua script touching one hash slot, so it is atomi
 and valid on a cluster; the key schema (:mod:`.keys`) puts each task's keys in its partition's slot.
 
 Each noun is an object of its own (:attr:`ValkeyTaskStore.records`, ``queue``, ``broadcast``,
-``claims``, ``places``), which is what the engine and the workers are given; the store answers the
+``claims``, ``places``, and the operator's ``listing``), which is what the engine and the workers are
+given; the store answers the
 whole :class:`~..base.TaskStore` too, by handing each call to its noun, for the composition root and the
 contract tests.
 """
@@ -31,6 +32,7 @@ from ..connection.refusals import unavailable_on_connection_errors
 from ..connection.topology import Topology, connect
 from .codec import record_from_fields
 from .keys import KeySchema
+from .listing import ValkeyListing
 from .places import ValkeyPlaces
 from .queue import ValkeyRunQueue
 from .records import ValkeyRecords
@@ -94,6 +96,8 @@ class ValkeyTaskStore:
         self.queue = ValkeyRunQueue(self.topology, self.keys)
         self.broadcast = ValkeyBroadcast(self.channels, self.records)
         self.claims = ValkeyClaims(self.topology.client, self.keys)
+        #: The operator's listing (the admin listener's): reads what is kept, adds nothing to the hot path.
+        self.listing = ValkeyListing(self.topology, self.keys, self.records.places if owner_places else None)
 
     @property
     def places(self) -> ValkeyPlaces:

@@ -1,0 +1,70 @@
+"""A run's watch for its task's cancellation: a run still going after :data:`WATCH_AFTER_S` follows its
+task on the store's broadcast, so a ``tasks/cancel`` answered by any instance stops the running coroutine
+at once. Shorter runs cost no subscription (a cancellation that beats them loses nothing: their outcome's
+compare-and-set fails)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Final, Protocol
+
+from .protocol.states import TaskStatus
+from .protocol.tasks import TaskRecord
+from .store.base import Broadcast, Records, TaskStoreUnavailable, WatchItem
+
+logger = logging.getLogger("ext_tasks.worker")
+
+#: How long a run goes before it watches its task for a cancellation.
+WATCH_AFTER_S: Final = 0.05
+#: How long a watch that could not follow its task waits before it tries again.
+_RETRY_S: Final = 1.0
+
+
+class WatchedStore(Records, Broadcast, Protocol):
+    """What the watch uses of a task store: the broadcast it follows, the record it rereads when live."""
+
+
+class _Ended:
+    """What :func:`_next_change` gives once the run it watches for has ended."""
+
+
+async def _next_change(changes: asyncio.Queue[WatchItem], execution: asyncio.Task[None]) -> WatchItem | _Ended:
+    """The next change of a watched task, or :class:`_Ended` as soon as ``execution`` has ended."""
+    if execution.done():
+        return _Ended()
+    getting = asyncio.ensure_future(changes.get())
+    try:
+        await asyncio.wait((getting, execution), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not getting.done():
+            getting.cancel()
+    return getting.result() if getting.done() and not getting.cancelled() else _Ended()
+
+
+async def stop_when_cancelled(store: WatchedStore, task_id: str, execution: asyncio.Task[None]) -> None:
+    """Cancel ``execution`` as soon as its task is cancelled, from any instance. Ends when
+    ``execution`` ends, by itself: the cancellation its end sends may be lost below (seen: a
+    Sentinel-acknowledged store's subscribe and ``mark_watched``, rarely, under load), and a watcher
+    left waiting for changes would outlive its run (and hang the event loop's shutdown)."""
+    await asyncio.sleep(WATCH_AFTER_S)  # most runs end before anyone could cancel them
+    while not execution.done():
+        try:
+            async with store.watch(task_id) as changes:
+                while True:
+                    change = await _next_change(changes, execution)
+                    if isinstance(change, _Ended):
+                        return
+                    if change is None:  # live (again): was it cancelled before we listened?
+                        found = await store.lookup(task_id)
+                        gone = not isinstance(found, TaskRecord) or found.status is TaskStatus.CANCELLED
+                    else:
+                        gone = change.status is TaskStatus.CANCELLED
+                    if gone:
+                        execution.cancel()
+                        return
+        except TaskStoreUnavailable:
+            await asyncio.sleep(_RETRY_S)
+        except Exception:  # nobody awaits a watcher: it must not end with an error unseen
+            logger.exception("watching %s for a cancellation failed; watching again", task_id)
+            await asyncio.sleep(_RETRY_S)
