@@ -23,7 +23,7 @@ from migration.sessions import MemorySessionStore, SessionStore
 from migration.shim import LegacyShim, ShimOptions
 from migration.upstream import EngineUpstream, HttpUpstream, ModernUpstream
 
-from . import tracing
+from . import tracing_setup
 from .auth import AnonymousAuthenticator, Authenticator, BearerTokenAuthenticator
 from .auth.oauth import OAuthAuthenticator
 from .config import ConfigError, Settings
@@ -67,14 +67,14 @@ def load_registry(module_name: str) -> ToolRegistry:
 def start_tracing(service_name: str) -> bool:
     """Tracing on for this process if the ``OTEL_*`` variables ask for it (``ext_tasks.tracing``)."""
     try:
-        return tracing.configure(service_name)
-    except tracing.TracingUnavailable as exc:
+        return tracing_setup.configure(service_name)
+    except tracing_setup.TracingUnavailable as exc:
         raise ConfigError(str(exc)) from None
 
 
 async def stop_tracing() -> None:
     """Export the spans still batched (a process stopping; a SIGKILLed one loses them)."""
-    await asyncio.to_thread(tracing.shutdown)
+    await asyncio.to_thread(tracing_setup.shutdown)
 
 
 def build_codec(settings: Settings, audience: str) -> ResumeCodec:

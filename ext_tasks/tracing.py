@@ -1,41 +1,28 @@
 """OpenTelemetry tracing: a span per request, a task's trace across instances, and the context sent on.
 
-Off by default. :func:`configure` (called once per process by the composition root and the client
-commands) turns it on when the standard variables ask for an exporter (``OTEL_TRACES_EXPORTER`` other
-than ``none``, or ``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``), unless
-``OTEL_SDK_DISABLED=true``; everything else (service name, sampler, batch delays, headers) is the SDK's
-own reading of the ``OTEL_*`` variables. The SDK and the OTLP/HTTP exporter are the ``otel`` extra
-(``pip install 'ext-tasks[otel]'``); this module needs only ``opentelemetry-api``.
-
-Off, every entry point is one check of :func:`active` (``None``): no span object, no context read
-from ``_meta`` or headers, nothing stored with a task.
+Off by default (:mod:`.tracing_setup` turns it on from the ``OTEL_*`` variables); this module needs only
+``opentelemetry-api``. Off, every traced place makes one check, an attribute read of :data:`tracer`
+(``None``): no span object, no context read from ``_meta`` or headers, nothing stored with a task.
 
 On, names and attributes follow OpenTelemetry's MCP semantic conventions (Development status):
 
-* **A request** is a ``SERVER`` span named ``{mcp.method.name} {target}`` (the target: the tool's or
-  the prompt's name, only when the server knows it, so a client cannot make span names unbounded),
-  with ``mcp.method.name``, ``mcp.protocol.version``, ``jsonrpc.request.id``, ``gen_ai.tool.name`` and
-  ``gen_ai.operation.name=execute_tool`` for ``tools/call``, ``gen_ai.prompt.name``,
-  ``mcp.resource.uri``, ``mcp.session.id`` (legacy sessions only), ``network.transport``,
-  ``network.protocol.name``. Its parent is the context in ``params._meta`` (SEP-414: ``traceparent``,
-  ``tracestate``, ``baggage``), else the W3C headers; when both are there the headers' context is a
-  link. A JSON-RPC error sets ``error.type`` and ``rpc.response.status_code`` to its code and the span
-  status to ``ERROR`` with the error's message; a tool result with ``isError`` sets
-  ``error.type=tool_error``. A task's id is the attribute :data:`TASK_ID`, never part of a name.
-* **A task** keeps its creating request's span context as a ``traceparent`` string
-  (``TaskRecord.trace_context``). Each run attempt is an ``INTERNAL`` span ``execute_tool {tool}``
-  (the GenAI execute-tool span the MCP conventions point to), a child of that context (so the whole
-  task is one trace, however late and wherever it runs) and linked to it; its events are the attempt's
-  start (with its number), a reclaim after a crash, and the outcome. ``tasks/get``, ``tasks/update``
-  and ``tasks/cancel`` spans (and so the legacy shim's, which call them) link to it.
-* **Outbound**: :func:`inject` writes the current context into a ``_meta`` (the client, ``ext-tasks
-  call``, the proxy's translated requests) or into HTTP headers.
+* **A request** is a ``SERVER`` span ``{mcp.method.name} {target}`` (the tool's or prompt's name, only
+  when the server knows it: a client cannot make span names unbounded) with the conventions'
+  attributes (:func:`request_span`). Its parent is the context in ``params._meta`` (SEP-414), else the
+  W3C headers; when both are there and differ the headers' context is a link. A JSON-RPC error sets
+  ``error.type`` and ``rpc.response.status_code`` to its code, the status ``ERROR`` with its message.
+* **A task** keeps its creating request's span context as a ``traceparent`` (``TaskRecord.trace_context``).
+  Each run attempt is an ``INTERNAL`` span ``execute_tool {tool}``, a child of that context (the whole
+  task is one trace) and linked to it, with events for its start (the attempt number), a reclaim after a
+  crash and its outcome. ``tasks/get|update|cancel`` spans (the legacy shim's too) link to it.
+* **Outbound**: :func:`inject` writes the current context into a ``_meta`` or into HTTP headers.
+
+docs/deploy.md "Tracing" has the attributes, the switch and what it costs.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import threading
 from collections.abc import AsyncIterator, Awaitable, Mapping, MutableMapping, Sequence
@@ -87,73 +74,6 @@ def active() -> Tracer | None:
     return tracer
 
 
-class TracingUnavailable(RuntimeError):
-    """The variables ask for tracing but the SDK (the ``otel`` extra) is not installed, or asks for an
-    exporter this build does not have."""
-
-
-def wanted(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether the ``OTEL_*`` variables turn tracing on (see the module's docstring)."""
-    env = os.environ if environ is None else environ
-    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
-        return False
-    exporters = env.get("OTEL_TRACES_EXPORTER", "").strip().lower()
-    if exporters:
-        return exporters != "none"
-    return bool(env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
-
-
-def configure(service_name: str = "ext-tasks", environ: Mapping[str, str] | None = None) -> bool:
-    """Turn tracing on for this process if the variables ask for it: ``True`` when this call did (the
-    caller then calls :func:`shutdown` when it stops), ``False`` when they do not ask or it already is.
-
-    The SDK's tracer provider reads the sampler (``OTEL_TRACES_SAMPLER[_ARG]``), the resource
-    (``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``; ``service_name`` when neither names the
-    service) and the batch processor's delays (``OTEL_BSP_*``); the exporters are ``otlp``
-    (OTLP/HTTP protobuf, ``OTEL_EXPORTER_OTLP_*``) and ``console``."""
-    global _provider
-    env = os.environ if environ is None else environ
-    with _lock:
-        if tracer is not None:
-            return False
-        if not wanted(env):
-            return False
-        try:
-            from opentelemetry.sdk.resources import Resource
-            from opentelemetry.sdk.trace import TracerProvider
-            from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
-        except ImportError:
-            raise TracingUnavailable(
-                "OTEL_* variables ask for tracing but the OpenTelemetry SDK is not installed: "
-                "pip install 'ext-tasks[otel]'"
-            ) from None
-        attributes: dict[str, Any] = {"process.pid": os.getpid()}
-        if not env.get("OTEL_SERVICE_NAME") and "service.name=" not in env.get("OTEL_RESOURCE_ATTRIBUTES", ""):
-            attributes["service.name"] = service_name
-        provider = TracerProvider(resource=Resource.create(attributes))
-        names = [name.strip().lower() for name in env.get("OTEL_TRACES_EXPORTER", "otlp").split(",") if name.strip()]
-        for name in names:
-            exporter: SpanExporter
-            if name == "otlp":
-                protocol = env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL")
-                if protocol not in (None, "", "http/protobuf"):
-                    raise TracingUnavailable(f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol}: only http/protobuf is built in")
-                try:
-                    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-                except ImportError:
-                    raise TracingUnavailable(
-                        "the OTLP/HTTP exporter is not installed: pip install 'ext-tasks[otel]'"
-                    ) from None
-                exporter = OTLPSpanExporter()
-            elif name == "console":
-                exporter = ConsoleSpanExporter()
-            else:
-                raise TracingUnavailable(f"OTEL_TRACES_EXPORTER={name}: the exporters are otlp and console")
-            provider.add_span_processor(BatchSpanProcessor(exporter))
-        _install(provider)
-        return True
-
-
 def _install(provider: Any) -> None:
     global tracer, _provider
     _provider = provider
@@ -161,8 +81,8 @@ def _install(provider: Any) -> None:
 
 
 def use_provider(provider: Any | None) -> None:
-    """Trace with ``provider`` (an SDK ``TracerProvider``; tests give one with an in-memory exporter),
-    or turn tracing off (``None``)."""
+    """Trace with ``provider`` (an SDK ``TracerProvider``: :mod:`.tracing_setup`'s, or a test's with an
+    in-memory exporter), or turn tracing off (``None``)."""
     global tracer, _provider
     with _lock:
         if provider is None:
@@ -172,11 +92,9 @@ def use_provider(provider: Any | None) -> None:
             _install(provider)
 
 
-def shutdown() -> None:
-    """Export what is still batched and stop (process shutdown; a no-op when tracing is off)."""
-    provider = _provider
-    if provider is not None:
-        provider.shutdown()
+def current_provider() -> Any | None:
+    """The SDK tracer provider in use (``None``: tracing off)."""
+    return _provider
 
 
 # --- reading a context ----------------------------------------------------------------------------------

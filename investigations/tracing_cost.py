@@ -178,8 +178,8 @@ from ext_tasks.store.memory import MemoryTaskStore
 from ext_tasks.task_methods import TaskMethods
 from ext_tasks.worker import Worker
 if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
-    from ext_tasks import tracing
-    tracing.configure("tracing-cost")
+    from ext_tasks import tracing_setup
+    tracing_setup.configure("tracing-cost")
 registry = ToolRegistry("cost", version="1")
 @registry.tool()
 async def echo(text: str) -> str:

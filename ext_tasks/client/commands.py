@@ -30,7 +30,7 @@ import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final, TextIO
 
-from .. import tracing
+from .. import tracing, tracing_setup
 from . import sign_in
 from .client import Client
 from .console import Console
@@ -138,13 +138,13 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextI
                 args.url = server_of(args.task_id, console)
         # OTEL_* variables may turn tracing on: then the command is one trace, its requests CLIENT spans
         # whose context travels in their _meta (SEP-414).
-        traced = tracing.configure("ext-tasks-client")
+        traced = tracing_setup.configure("ext-tasks-client")
         try:
             return asyncio.run(tracing.root_span(f"ext-tasks {_command_name(args)}", _run(args, console, out)))
         finally:
             if traced:
-                tracing.shutdown()
-    except (UsageError, NotRecorded, sign_in.LoginUsageError, tracing.TracingUnavailable) as exc:
+                tracing_setup.shutdown()
+    except (UsageError, NotRecorded, sign_in.LoginUsageError, tracing_setup.TracingUnavailable) as exc:
         print(f"ext-tasks {args.command}: {exc}", file=err)
         return EXIT_USAGE
 

@@ -23,6 +23,7 @@ CLIENT_SIDE = (
     "ext_tasks.sse",
     "ext_tasks.answers",
     "ext_tasks.tracing",
+    "ext_tasks.tracing_setup",
 )
 #: Libraries only the server uses.
 SERVER_LIBRARIES = ("migration", "litestar", "hypercorn", "granian", "valkey", "prometheus_client", "pydantic")

@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from ext_tasks import Principal, ToolRegistry, tracing
+from ext_tasks import Principal, ToolRegistry, tracing, tracing_setup
 from ext_tasks.engine import Engine
 from ext_tasks.protocol.resume import ResumeCodec
 from ext_tasks.protocol.tasks import TaskRecord
@@ -315,7 +315,7 @@ def test_only_a_version_00_traceparent_is_kept(value: object, kept: str | None) 
     ],
 )
 def test_the_otel_variables_turn_tracing_on(environ: dict[str, str], on: bool) -> None:
-    assert tracing.wanted(environ) is on
+    assert tracing_setup.wanted(environ) is on
 
 
 async def test_the_client_sends_the_current_context_in_meta(exporter: InMemorySpanExporter) -> None:
@@ -347,17 +347,17 @@ async def test_the_client_sends_the_current_context_in_meta(exporter: InMemorySp
 def test_configure_installs_once_and_refuses_what_it_cannot_export() -> None:
     assert tracing.active() is None
     try:
-        assert tracing.configure("t", {"OTEL_TRACES_EXPORTER": "console"}) is True
+        assert tracing_setup.configure("t", {"OTEL_TRACES_EXPORTER": "console"}) is True
         assert tracing.active() is not None
-        assert tracing.configure("t", {"OTEL_TRACES_EXPORTER": "console"}) is False  # already on
+        assert tracing_setup.configure("t", {"OTEL_TRACES_EXPORTER": "console"}) is False  # already on
     finally:
-        tracing.shutdown()
+        tracing_setup.shutdown()
         tracing.use_provider(None)
     for environ in (
         {"OTEL_TRACES_EXPORTER": "zipkin"},
         {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"},
     ):
-        with pytest.raises(tracing.TracingUnavailable):
-            tracing.configure("t", environ)
+        with pytest.raises(tracing_setup.TracingUnavailable):
+            tracing_setup.configure("t", environ)
         assert tracing.active() is None
-    assert tracing.configure("t", {}) is False and tracing.active() is None
+    assert tracing_setup.configure("t", {}) is False and tracing.active() is None
