@@ -41,7 +41,7 @@ import msgspec
 from .auth import principal_from_grant
 from .cancel_watch import stop_when_cancelled
 from .clock import now_ms
-from .context import Context, InputRequired, missing_capabilities
+from .context import Context, InputRequired, RetryLater, missing_capabilities
 from .invoke import invoke_tool
 from .lifecycle import task_event
 from .metrics import LEASE_RECLAIMS, QUEUE_DEPTH
@@ -60,6 +60,7 @@ from .protocol.tasks import (
     status_reported,
 )
 from .protocol.versions import MODERN_2026_07_28
+from .scheduled import DueRuns, retry_outcome
 from .store.base import Broadcast, Records, Run, RunQueue, TaskStoreUnavailable
 from .tools import ToolRegistry
 
@@ -116,6 +117,8 @@ class Worker:
         self._loops: list[asyncio.Task[None]] = []
         self._down: set[str] = set()
         self._stopping = asyncio.Event()
+        #: Retries this worker scheduled, promoted into the queue when due (any worker's sweep does it too).
+        self._due = DueRuns(store, clock_ms, sweep_every_s=self.options.lease_s)
 
     # --- lifecycle --------------------------------------------------------------------------------
 
@@ -165,9 +168,11 @@ class Worker:
         lease_ms = int(self.options.lease_s * 1000)
         next_reclaim = 0.0
         while not self._stopping.is_set():
+            await self._due.promote()
             free = self.options.run_concurrency - len(self._running)
             if free <= 0:
-                await asyncio.wait([task for _, task in self._running.values()], return_when=asyncio.FIRST_COMPLETED)
+                running = [task for _, task in self._running.values()]
+                await asyncio.wait(running, timeout=self._due.wait_s(), return_when=asyncio.FIRST_COMPLETED)
                 continue
             runs: list[Run] = []
             try:
@@ -183,7 +188,8 @@ class Worker:
                 )
             try:
                 if len(runs) < free:
-                    runs += await self.store.next_runs(self.consumer, free - len(runs), self.options.block_ms)
+                    block_ms = self._due.block_ms(self.options.block_ms)
+                    runs += await self.store.next_runs(self.consumer, free - len(runs), block_ms)
             except TaskStoreUnavailable as exc:
                 logger.warning("task store unavailable (%s); retrying in 1s", exc.detail)
                 await asyncio.sleep(1.0)
@@ -282,18 +288,28 @@ class Worker:
         # A state-only question leaves the task working with new state: it must be queued again.
         rerun = event is TaskEvent.RERUN_REQUESTED
         status = record.status
-        if await self._commit(holder, outcome, enqueue=rerun):
+        if await self._commit(holder, outcome, enqueue=rerun, retry_at_ms=holder.retry_at_ms):
+            if holder.retry_at_ms is not None:
+                self._due.add(run.task_id, holder.retry_at_ms)
             task_event(status, event, outcome, attempt=run.attempt)
             return outcome
         return None
 
-    async def _commit(self, holder: _Current, outcome: TaskRecord, *, enqueue: bool = False) -> bool:
+    async def _commit(
+        self, holder: _Current, outcome: TaskRecord, *, enqueue: bool = False, retry_at_ms: int | None = None
+    ) -> bool:
         """Commit the run's outcome and acknowledge the run in the same step, however long the store
         refuses it (the run stays ours meanwhile: it is heartbeated while it runs)."""
         assert holder.stored is not None
         finishing = holder.run if holder.run.delivery else None
         committed = await commit_through_outage(
-            self.store, holder.stored, outcome, enqueue=enqueue, finishing=finishing, now_ms=self._clock_ms
+            self.store,
+            holder.stored,
+            outcome,
+            enqueue=enqueue,
+            finishing=finishing,
+            now_ms=self._clock_ms,
+            retry_at_ms=retry_at_ms,
         )
         holder.acknowledged = committed and finishing is not None
         return committed
@@ -342,6 +358,10 @@ class Worker:
                 return TaskEvent.RERUN_REQUESTED, rerun_requested(holder.working, state, self._clock_ms())
             requests = {key: request.to_wire() for key, request in asked.requests.items()}
             return TaskEvent.INPUT_REQUESTED, input_requested(holder.working, requests, state, self._clock_ms())
+        except RetryLater as asked:
+            # Transient: the next attempt scheduled in the store, or the task failed past the last one.
+            event, outcome, holder.retry_at_ms = retry_outcome(holder.working, tool.retry, asked, self._clock_ms())
+            return event, outcome
         except ProtocolError as exc:
             # A tool's protocol failure is the task's outcome, with its own code and message. Anything
             # else is a failure of this worker: the run is reclaimed (``_execute_and_ack``).
@@ -363,6 +383,8 @@ class _Current:
         self.run = run
         self.stored: TaskRecord | None = None
         self.acknowledged = False
+        #: When the next attempt is due, if this one ended by scheduling a retry.
+        self.retry_at_ms: int | None = None
 
     @property
     def working(self) -> TaskRecord:

@@ -49,6 +49,8 @@ def _scalar_fields(record: TaskRecord) -> dict[str, str]:
         fields["sensitive"] = "1"
     if record.delivered_at_ms is not None:
         fields["delivered_at_ms"] = str(record.delivered_at_ms)
+    if record.retries:
+        fields["retries"] = str(record.retries)
     if record.grant is not None:  # JSON text already, kept as it is (only a starting run decodes it)
         fields["grant"] = record.grant
     return fields
