@@ -4,21 +4,24 @@ scheduled runs when they are due.
 A retry is a run the store keeps scheduled (``commit(..., retry_at_ms=...)``), not a coroutine asleep
 here: a worker that stops loses nothing. :class:`DueRuns` keeps what it costs the store small:
 
-* the worker that scheduled a retry remembers when it is due, and its take loop promotes exactly those
-  partitions then (one script per partition with something due), shortening its blocking read so the
-  retry starts on time, not a block later;
+* the worker that scheduled a retry remembers when it is due, and promotes exactly those partitions
+  then (one script per partition with something due): the run enters the stream on time, and the
+  blocking read of whichever worker has room wakes for it;
 * every ``sweep_every_s`` (the lease: a crashed worker's runs are reclaimed on the same clock) it
   promotes every partition, so a retry scheduled by a worker that died meanwhile runs on another.
 
-With no retry scheduled, the take loop's only extra cost is the sweep: no command per task.
+With no retry scheduled, the only cost is the sweep (one script per partition per lease, per
+worker): no command per task.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Final, Protocol
 
 from .context import RetryLater
 from .protocol.errors import InternalError
@@ -28,6 +31,8 @@ from .retry import GiveUp, Retry, plan_retry
 from .store.base import TaskStoreUnavailable
 
 logger = logging.getLogger("ext_tasks.worker")
+#: The pause before promoting again after the store refused.
+_PAUSE_S: Final = 1.0
 
 
 def retry_outcome(
@@ -51,7 +56,9 @@ class Promoter(Protocol):
 
 
 class DueRuns:
-    """The retries one worker scheduled, and when to promote them (and everyone's)."""
+    """The retries one worker scheduled, promoted when due by a loop of their own (and everyone's, on
+    the sweep's clock). A loop apart from the take loop: that one may be blocked in a read for a while,
+    and a run promoted into the stream wakes whichever worker's read is waiting."""
 
     def __init__(self, store: Promoter, clock_ms: Callable[[], int], *, sweep_every_s: float) -> None:
         self._store = store
@@ -60,20 +67,31 @@ class DueRuns:
         self._next_sweep = time.monotonic() + sweep_every_s
         #: Task id -> when its scheduled run is due (wall clock, as the store keeps it).
         self._due: dict[str, int] = {}
+        self._added = asyncio.Event()
 
     def add(self, task_id: str, due_at_ms: int) -> None:
         self._due[task_id] = due_at_ms
+        self._added.set()
 
-    def wait_s(self) -> float | None:
-        """How long until the next known retry is due (``None``: none known)."""
-        if not self._due:
-            return None
-        return max(0.0, (min(self._due.values()) - self._clock_ms()) / 1000)
+    def _wait_s(self) -> float:
+        """How long until the next known retry is due, or the next sweep."""
+        wait = self._next_sweep - time.monotonic()
+        if self._due:
+            wait = min(wait, (min(self._due.values()) - self._clock_ms()) / 1000)
+        return max(0.0, wait)
 
-    def block_ms(self, block_ms: int) -> int:
-        """``block_ms``, shortened to end when the next known retry is due (at least 1: 0 blocks forever)."""
-        wait = self.wait_s()
-        return block_ms if wait is None else max(1, min(block_ms, int(wait * 1000) + 1))
+    async def run(self) -> None:
+        """Promote what is due, for as long as the worker runs."""
+        while True:
+            self._added.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._wait_s()):
+                    await self._added.wait()
+            try:
+                await self.promote()
+            except TaskStoreUnavailable as exc:  # kept: tried again after a pause
+                logger.warning("promoting due retries failed (%s); trying again in %gs", exc.detail, _PAUSE_S)
+                await asyncio.sleep(_PAUSE_S)
 
     async def promote(self) -> None:
         """Promote what is due: every partition on the sweep's clock, else the partitions of the known
@@ -83,13 +101,8 @@ class DueRuns:
         due = [task_id for task_id, due_at in self._due.items() if due_at <= now]
         if not sweep and not due:
             return
-        try:
-            await self._store.promote_due(now, () if sweep else due)
-        except TaskStoreUnavailable as exc:  # kept: tried again on the next turn of the take loop
-            logger.warning("promoting due retries failed (%s); trying again", exc.detail)
-            return
+        await self._store.promote_due(now, () if sweep else due)
         if sweep:
             self._next_sweep = time.monotonic() + self._sweep_every_s
-            due = [task_id for task_id, due_at in self._due.items() if due_at <= now]
         for task_id in due:
             self._due.pop(task_id, None)

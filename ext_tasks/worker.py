@@ -126,6 +126,7 @@ class Worker:
         self._loops = [
             asyncio.create_task(self._supervised("take-runs", self._take_runs), name="ext-tasks-take-runs"),
             asyncio.create_task(self._supervised("heartbeats", self._heartbeats), name="ext-tasks-heartbeats"),
+            asyncio.create_task(self._supervised("retries", self._due.run), name="ext-tasks-due-retries"),
         ]
 
     @property
@@ -168,11 +169,9 @@ class Worker:
         lease_ms = int(self.options.lease_s * 1000)
         next_reclaim = 0.0
         while not self._stopping.is_set():
-            await self._due.promote()
             free = self.options.run_concurrency - len(self._running)
             if free <= 0:
-                running = [task for _, task in self._running.values()]
-                await asyncio.wait(running, timeout=self._due.wait_s(), return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait([task for _, task in self._running.values()], return_when=asyncio.FIRST_COMPLETED)
                 continue
             runs: list[Run] = []
             try:
@@ -188,8 +187,7 @@ class Worker:
                 )
             try:
                 if len(runs) < free:
-                    block_ms = self._due.block_ms(self.options.block_ms)
-                    runs += await self.store.next_runs(self.consumer, free - len(runs), block_ms)
+                    runs += await self.store.next_runs(self.consumer, free - len(runs), self.options.block_ms)
             except TaskStoreUnavailable as exc:
                 logger.warning("task store unavailable (%s); retrying in 1s", exc.detail)
                 await asyncio.sleep(1.0)
