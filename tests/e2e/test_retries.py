@@ -11,15 +11,19 @@ import itertools
 import os
 import signal
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from valkey import Valkey
 
 from tests.e2e.retry_tools import ATTEMPTS, BACKOFF
 from tests.e2e.test_balancer import TaskApi, checked_api, result_text
-from tests.support.cluster import Cluster, running_cluster, wait_for
+from tests.support.cluster import Cluster, keygen, running_cluster, wait_for
+from tests.support.processes import ServerProcess, running_server
+from tests.support.valkey import running_valkey
 
 pytestmark = pytest.mark.e2e
 
@@ -32,6 +36,10 @@ LEASE_S = 2
 WAIT_S = 60.0
 RETRIES = "dev.ext-tasks/retries"
 RUN_ATTEMPTS = "dev.ext-tasks/runAttempts"
+#: What one retry may cost Valkey: the failed attempt's commit schedules it (ZADD in the script, instead
+#: of nothing), its promotion (one script: ZRANGE, XADD, ZREM), then a second run as any run costs (its
+#: read, the record read when it starts, the outcome's commit).
+RETRY_COMMANDS = 14
 
 
 @pytest.fixture(scope="module")
@@ -126,3 +134,58 @@ def test_a_retry_whose_instance_was_killed_while_it_waited_runs_on_a_survivor(
     assert len(attempts) == 2 and attempts[1][1] != attempts[0][1], attempts
     # Promoted by a survivor's sweep: within a lease or so of the kill, whatever its own delay.
     assert attempts[1][0] - killed_at <= LEASE_S + SLACK_S + BACKOFF.delay_s(1), attempts
+
+
+# --- what a retry costs the store ---------------------------------------------------------------------
+
+#: Tasks measured per case; they run at once, so the idle background (a blocking read a second) is small.
+MEASURED = 10
+
+
+def _commands(client: Valkey) -> Counter[str]:
+    """Commands run since the last reset (those inside scripts included), but the counter's own."""
+    stats: dict[str, dict[str, int]] = client.info("commandstats")  # type: ignore[assignment]  # sync client
+    calls = Counter({name.removeprefix("cmdstat_"): int(value["calls"]) for name, value in stats.items()})
+    return calls - Counter({"info": calls["info"], "config|resetstat": calls["config|resetstat"]})
+
+
+def _per_task(api: TaskApi, server: ServerProcess, counter: Valkey, tmp_path: Path, failures: int) -> float:
+    """Valkey commands per task of ``MEASURED`` tasks failing ``failures`` times each (polls not counted:
+    each ``tasks/get`` is one ``HGETALL``)."""
+    counter.config_resetstat()
+    task_ids = [
+        api.create(server.url, "flaky_upstream", {"journal": str(tmp_path / f"{failures}-{n}"), "failures": failures})[
+            "taskId"
+        ]
+        for n in range(MEASURED)
+    ]
+    polls = 0
+    for task_id in task_ids:
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            polls += 1
+            if api.get(server.url, task_id)["status"] == "completed":
+                break
+            assert time.monotonic() < deadline, f"{task_id} not completed\n{server.log()}"
+            time.sleep(0.05)
+    counted = _commands(counter)
+    print(f"\n{failures} retries per task: {dict(counted)}")
+    return (sum(counted.values()) - polls) / MEASURED
+
+
+def test_a_retry_costs_the_store_a_bounded_number_of_commands(tmp_path: Path, api: TaskApi) -> None:
+    """``INFO commandstats`` over tasks that retry once against tasks that do not (the lease long, so
+    no sweep falls in the window: it is measured apart, per lease, by the store's own count)."""
+    env = {"EXT_TASKS_STATE_KEYS": keygen(), "EXT_TASKS_LEASE_S": "600", "EXT_TASKS_MAX_STORED_BYTES": "0"}
+    with (
+        running_valkey(tmp_path / "valkey") as valkey,
+        running_server(tmp_path, tools=TOOLS, env=env, extra_args=("--valkey-url", valkey.url)) as server,
+    ):
+        counter = Valkey(host="127.0.0.1", port=valkey.port, decode_responses=True)
+        _per_task(api, server, counter, tmp_path, 0)  # warm: the scripts loaded, the connections open
+        plain = _per_task(api, server, counter, tmp_path, 0)
+        retried = _per_task(api, server, counter, tmp_path, 1)
+        counter.close()  # type: ignore[no-untyped-call]
+    print(f"\nValkey commands per task, polls apart: {plain:.1f} without a retry, {retried:.1f} with one "
+          f"({retried - plain:.1f} per retry)")  # fmt: skip
+    assert retried - plain <= RETRY_COMMANDS
