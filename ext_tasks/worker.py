@@ -7,7 +7,9 @@ A worker runs inside every server process (and alone as ``ext-tasks worker``). F
 2. calls the tool with every answer so far and its saved state (``ctx.task_id`` is stable across
    re-runs and recoveries: tools use it as their idempotency key);
 3. commits ``completed``, ``failed`` or ``input_required`` and acknowledges the run in the same step; a
-   commit that loses (the task was cancelled meanwhile) is dropped, which is the correct outcome.
+   commit that loses (the task was cancelled meanwhile) is dropped, which is the correct outcome. A
+   transient failure (the tool's ``retry=``, or ``ctx.retry_later``) instead schedules the next attempt
+   in the store in that step, promoted when due (:mod:`.scheduled`).
 
 While runs are in flight the worker heartbeats them; a run whose worker stops heartbeating for longer
 than the lease is reclaimed by another worker (so a run is executed *at least once*). A run still going

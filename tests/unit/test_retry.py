@@ -9,7 +9,6 @@ policy names it, and past the last attempt the task ends ``failed`` saying how m
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 import anyio
@@ -28,6 +27,7 @@ from ext_tasks.protocol.versions import MODERN_2026_07_28
 from ext_tasks.retry import GiveUp, RetryPlan, plan_retry
 from ext_tasks.store.memory import MemoryTaskStore
 from ext_tasks.worker import Worker
+from tests.contract.test_store import make_record
 from tests.support.watching import until
 
 pytestmark = pytest.mark.anyio
@@ -120,22 +120,9 @@ def test_the_retries_show_in_meta_apart_from_run_attempts_once_there_is_one() ->
 
 # --- the worker ---------------------------------------------------------------------------------------
 
-_ids = itertools.count(1)
-
-
 def _record(tool: str) -> TaskRecord:
-    return TaskRecord(
-        task_id=f"task-{next(_ids)}",
-        owner="alice",
-        tool=tool,
-        arguments={},
-        status=TaskStatus.WORKING,
-        version=1,
-        created_at_ms=T0_MS,
-        updated_at_ms=T0_MS,
-        ttl_ms=3_600_000,
-        poll_interval_ms=500,
-    )
+    """A working task of ``tool`` created at ``T0_MS`` (the contract suite's record otherwise)."""
+    return make_record(tool=tool, arguments={}, created_at_ms=T0_MS, updated_at_ms=T0_MS, ttl_ms=3_600_000)
 
 
 class Tools:
