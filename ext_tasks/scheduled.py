@@ -10,8 +10,8 @@ here: a worker that stops loses nothing. :class:`DueRuns` keeps what it costs th
 * every ``sweep_every_s`` (the lease: a crashed worker's runs are reclaimed on the same clock) it
   promotes every partition, so a retry scheduled by a worker that died meanwhile runs on another.
 
-With no retry scheduled, the only cost is the sweep (one script per partition per lease, per
-worker): no command per task.
+With no retry scheduled, the only cost is the sweep (one pipelined ``ZCOUNT`` per partition per lease,
+per worker, and a script only for a partition with something due): no command per task.
 """
 
 from __future__ import annotations
@@ -64,7 +64,8 @@ class DueRuns:
         self._store = store
         self._clock_ms = clock_ms
         self._sweep_every_s = sweep_every_s
-        self._next_sweep = time.monotonic() + sweep_every_s
+        # The first sweep at once: retries of a worker that stopped before this one started wait no lease.
+        self._next_sweep = time.monotonic()
         #: Task id -> when its scheduled run is due (wall clock, as the store keeps it).
         self._due: dict[str, int] = {}
         self._added = asyncio.Event()

@@ -22,7 +22,7 @@ from ext_tasks.options import WorkerOptions
 from ext_tasks.protocol.envelope import Envelope
 from ext_tasks.protocol.errors import INTERNAL_ERROR, InvalidParams
 from ext_tasks.protocol.states import TaskStatus
-from ext_tasks.protocol.tasks import META_RETRIES, META_RUN_ATTEMPTS, TaskRecord, attempts_meta
+from ext_tasks.protocol.tasks import META_RETRIES, META_RUN_ATTEMPTS, TaskRecord, attempts_meta, cancelled
 from ext_tasks.protocol.versions import MODERN_2026_07_28
 from ext_tasks.retry import GiveUp, RetryPlan, plan_retry
 from ext_tasks.store.memory import MemoryTaskStore
@@ -315,3 +315,15 @@ async def test_inline_there_is_no_later_retry_later_ends_the_call_with_its_reaso
     ctx = Context(principal=Principal(id="alice"), envelope=Envelope(MODERN_2026_07_28, {}, None, None, None))
     result = await invoke_tool(tool, {}, ctx)
     assert (result.is_error, result.content) == (True, [{"type": "text", "text": "come back later"}])
+
+
+async def test_a_task_cancelled_while_its_retry_waits_is_not_run_again(
+    worker: Worker, store: MemoryTaskStore, tools: Tools
+) -> None:
+    task_id = await _created(store, "down")
+    await _run(worker, task_id)
+    waiting = await _stored(store, task_id)
+    assert await store.commit(waiting, cancelled(waiting, NOW_MS))
+    await _promoted(store, task_id)  # the scheduled run still comes due
+    assert await _run(worker, task_id) is None
+    assert (tools.runs["down"], (await _stored(store, task_id)).status) == (1, TaskStatus.CANCELLED)
