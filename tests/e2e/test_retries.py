@@ -1,8 +1,9 @@
-"""Retries with backoff across a fleet: three ``ext-tasks serve`` processes on one Valkey, nginx in
-front (``tests.support.cluster``). A tool that fails transiently twice then succeeds completes on its
-third attempt; the delays between its attempts (noted by the tool itself, on whichever instance ran
-it) follow its backoff within bounds; while it waits, ``tasks/get`` through any instance says which
-attempt comes when; and a retry whose scheduling instance is SIGKILLed is run by a survivor.
+"""Retries with backoff across a fleet: three ``ext-tasks serve`` processes on one store (one Valkey,
+and the Valkey Cluster), nginx in front (``tests.support.cluster``). A tool that fails transiently
+twice then succeeds completes on its third attempt; the delays between its attempts (noted by the tool
+itself, on whichever instance ran it) follow its backoff within bounds; while it waits, ``tasks/get``
+through any instance says which attempt comes when; and a retry whose scheduling instance is
+SIGKILLed is run by a survivor.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 from valkey import Valkey
 
+from tests.e2e.conftest import STORES, store_url_for
 from tests.e2e.retry_tools import ATTEMPTS, BACKOFF
 from tests.e2e.test_balancer import TaskApi, checked_api, result_text
 from tests.support.cluster import Cluster, keygen, running_cluster, wait_for
@@ -42,10 +44,12 @@ RUN_ATTEMPTS = "dev.ext-tasks/runAttempts"
 RETRY_COMMANDS = 14
 
 
-@pytest.fixture(scope="module")
-def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+@pytest.fixture(scope="module", params=STORES)
+def fleet(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """Three instances behind nginx, on one Valkey and on the Valkey Cluster."""
     env = {"EXT_TASKS_LEASE_S": str(LEASE_S)}
-    with running_cluster(tmp_path_factory.mktemp("retries"), tools=TOOLS, env=env) as cluster:
+    url = store_url_for(request, request.param)
+    with running_cluster(tmp_path_factory.mktemp("retries"), tools=TOOLS, env=env, valkey_url=url) as cluster:
         yield cluster
 
 
