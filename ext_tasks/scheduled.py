@@ -46,7 +46,7 @@ def retry_outcome(
         error = InternalError(plan.message, data={"attempts": plan.attempts}).to_error()
         return TaskEvent.FAILED, failed(record, error, now_ms), None
     due_at_ms = now_ms + round(plan.delay_s * 1000)
-    return TaskEvent.RETRY_SCHEDULED, retry_scheduled(record, plan.status_message, now_ms), due_at_ms
+    return TaskEvent.RETRY_SCHEDULED, retry_scheduled(record, plan.status_message, due_at_ms, now_ms), due_at_ms
 
 
 class Promoter(Protocol):

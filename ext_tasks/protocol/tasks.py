@@ -81,6 +81,8 @@ class TaskRecord(msgspec.Struct, frozen=True):
     grant: str | None = None
     #: Retries scheduled so far (:mod:`ext_tasks.retry`): the running attempt is ``retries + 1``.
     retries: int = 0
+    #: When the last retry scheduled is due (its run waits in the store until then; ``None``: none yet).
+    retry_at_ms: int | None = None
 
     @property
     def expires_at_ms(self) -> int | None:
@@ -173,6 +175,7 @@ def transition(
     ttl_ms: int | UnsetType = UNSET,
     delivered_at_ms: int | UnsetType = UNSET,
     retries: int | UnsetType = UNSET,
+    retry_at_ms: int | UnsetType = UNSET,
 ) -> TaskRecord:
     """The record after ``event``: next status from the table, version + 1, the fields given changed
     (the others kept, as the same objects: the Valkey codec writes only what changed), and
@@ -195,6 +198,7 @@ def transition(
         "ttl_ms": ttl_ms,
         "delivered_at_ms": delivered_at_ms,
         "retries": retries,
+        "retry_at_ms": retry_at_ms,
     }
     changes = {name: value for name, value in given.items() if value is not UNSET}
     updated_at_ms = max(now_ms, record.updated_at_ms)
@@ -235,15 +239,17 @@ def rerun_requested(record: TaskRecord, state: Any, now_ms: int) -> TaskRecord:
     return transition(record, TaskEvent.RERUN_REQUESTED, now_ms, state=state, attempts=0)
 
 
-def retry_scheduled(record: TaskRecord, status_message: str, now_ms: int) -> TaskRecord:
-    """The attempt failed transiently and the next one is scheduled: the task stays ``working``, saying
-    when it runs again; the retry is counted and the crash count starts afresh for the next attempt."""
+def retry_scheduled(record: TaskRecord, status_message: str, due_at_ms: int, now_ms: int) -> TaskRecord:
+    """The attempt failed transiently and the next one is scheduled, due at ``due_at_ms``: the task stays
+    ``working``, saying when it runs again; the retry is counted and the crash count starts afresh for
+    the next attempt."""
     return transition(
         record,
         TaskEvent.RETRY_SCHEDULED,
         now_ms,
         status_message=bounded_status(status_message),
         retries=record.retries + 1,
+        retry_at_ms=due_at_ms,
         attempts=0,
     )
 

@@ -47,8 +47,10 @@ async def _scheduled(store: TaskStore, partition: str | None = None) -> tuple[Ta
     record = make_record(new_task_id(partition) if partition else None)
     await store.create(record)
     await _taken(store, record.task_id)
-    waiting = msgspec.structs.replace(record, version=2, retries=1, status_message="attempt 2 of 3 in 60 s: down")
     due_at = int(time.time() * 1000) + DELAY_MS
+    waiting = msgspec.structs.replace(
+        record, version=2, retries=1, retry_at_ms=due_at, status_message="attempt 2 of 3 in 60 s: down"
+    )
     assert await store.commit(record, waiting, retry_at_ms=due_at)
     return waiting, due_at
 

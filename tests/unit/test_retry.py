@@ -223,6 +223,7 @@ async def test_a_transient_failure_schedules_the_next_attempt_and_the_task_stays
     # Only the exception's class: its text may hold anything, as for any tool exception.
     assert waiting.status_message == "attempt 2 of 3 in 0.5 s: UpstreamDown"
     assert attempts_meta(waiting) == {META_RUN_ATTEMPTS: 0, META_RETRIES: 1}
+    assert waiting.retry_at_ms == NOW_MS + 500  # kept for the operator's view: not stuck until then
     # Kept in the store, due at the backoff's instant: not queued a millisecond early.
     assert await store.promote_due(NOW_MS + 499) == 0
     assert await store.next_runs("test", 1, 10) == []
