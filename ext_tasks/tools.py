@@ -30,6 +30,7 @@ from pydantic import Field
 
 from .auth import check_scopes
 from .context import Context
+from .retry import Retry
 from .signatures import Signature
 
 Fn = Callable[..., Awaitable[Any]]
@@ -71,6 +72,8 @@ class Tool:
     sensitive: bool = False
     #: OAuth scopes a caller's token must carry to see and call the tool (besides the server's own).
     scopes: tuple[str, ...] = ()
+    #: Inside a task: run again, with backoff, after an exception the policy names (``None``: never).
+    retry: Retry | None = None
 
     def describe(self) -> dict[str, Any]:
         described: dict[str, Any] = {
@@ -207,6 +210,7 @@ class ToolRegistry:
         poll_max_ms: int | None = None,
         sensitive: bool = False,
         scopes: Sequence[str] = (),
+        retry: Retry | None = None,
     ) -> Callable[[F], F]:
         """Register an async function as a tool.
 
@@ -220,6 +224,10 @@ class ToolRegistry:
         server's short grace period, and ``ttlMs`` says so. ``scopes``: the OAuth scopes a caller's token
         must carry to see the tool in ``tools/list`` and to call it (a token without them gets 403
         ``insufficient_scope``, the spec's step-up); callers with a static token or none pass.
+        ``retry=Retry(attempts=5, backoff=Backoff(...), on=(TransientError,))``: inside a task, an
+        exception among ``on`` schedules the next attempt after the backoff (the task stays ``working``);
+        past the last attempt the task ends ``failed``. A ``ToolError`` is retried only if ``on`` names
+        it (see :mod:`ext_tasks.retry`).
         """
         required_scopes = scope_tokens(scopes)
         if task not in ("forbidden", "optional", "required"):
@@ -251,6 +259,7 @@ class ToolRegistry:
                 poll_max_ms=poll_max_ms,
                 sensitive=sensitive,
                 scopes=required_scopes,
+                retry=retry,
             )
             self.add_tool(tool)
             return fn

@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import re
 import threading
-from collections.abc import AsyncIterator, Awaitable, Mapping, MutableMapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping, Sequence
 from typing import Any, Final, NamedTuple, TypeVar
 
 import msgspec
@@ -356,6 +356,8 @@ def run_span(tracer: Tracer, record: TaskRecord, attempt: int, reclaimed: bool) 
         TASK_ID: record.task_id,
         RUN_ATTEMPT: attempt,
     }
+    if record.retries:  # a retry the tool asked for (ext_tasks.retry), not a crash's rerun
+        attributes["ext_tasks.run.retries"] = record.retries
     span = tracer.start_span(
         f"execute_tool {record.tool}",
         context=parent if parent is not None else otel_context.Context(),
@@ -370,12 +372,26 @@ def run_span(tracer: Tracer, record: TaskRecord, attempt: int, reclaimed: bool) 
     return span
 
 
+async def traced_run(
+    record: TaskRecord, attempt: int, reclaimed: bool, work: Callable[[Span | None], Awaitable[R]]
+) -> R:
+    """``work(span)``: a run attempt in its span (:func:`run_span`), or ``work(None)`` with tracing off."""
+    if tracer is None:
+        return await work(None)
+    span = run_span(tracer, record, attempt, reclaimed)
+    try:
+        return await within(span, work(span))
+    finally:
+        span.end()
+
+
 #: A run's outcome as its span names it, by the status table's event.
 _OUTCOMES: Final = {
     TaskEvent.SUCCEEDED: "completed",
     TaskEvent.FAILED: "failed",
     TaskEvent.INPUT_REQUESTED: "input_required",
     TaskEvent.RERUN_REQUESTED: "rerun",
+    TaskEvent.RETRY_SCHEDULED: "retry_scheduled",
 }
 
 
@@ -383,8 +399,8 @@ def run_outcome(
     span: Span | None, event: TaskEvent | None, attempt: int, error: Mapping[str, Any] | None = None
 ) -> None:
     """The outcome of a run attempt on its span (none: tracing off): ``completed``, ``failed``,
-    ``input_required``, ``rerun``, or ``superseded`` (``event`` ``None``: its commit lost to a
-    cancellation)."""
+    ``input_required``, ``rerun``, ``retry_scheduled``, or ``superseded`` (``event`` ``None``: its
+    commit lost to a cancellation)."""
     if span is None:
         return
     outcome = _OUTCOMES.get(event, "superseded") if event is not None else "superseded"

@@ -7,7 +7,9 @@ A worker runs inside every server process (and alone as ``ext-tasks worker``). F
 2. calls the tool with every answer so far and its saved state (``ctx.task_id`` is stable across
    re-runs and recoveries: tools use it as their idempotency key);
 3. commits ``completed``, ``failed`` or ``input_required`` and acknowledges the run in the same step; a
-   commit that loses (the task was cancelled meanwhile) is dropped, which is the correct outcome.
+   commit that loses (the task was cancelled meanwhile) is dropped, which is the correct outcome. A
+   transient failure (the tool's ``retry=``, or ``ctx.retry_later``) instead schedules the next attempt
+   in the store in that step, promoted when due (:mod:`.scheduled`).
 
 While runs are in flight the worker heartbeats them; a run whose worker stops heartbeating for longer
 than the lease is reclaimed by another worker (so a run is executed *at least once*). A run still going
@@ -34,6 +36,7 @@ import os
 import socket
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import TYPE_CHECKING, Final, Protocol
 
 import msgspec
@@ -42,7 +45,7 @@ from . import tracing
 from .auth import principal_from_grant
 from .cancel_watch import stop_when_cancelled
 from .clock import now_ms
-from .context import Context, InputRequired, missing_capabilities
+from .context import Context, InputRequired, RetryLater, missing_capabilities
 from .invoke import invoke_tool
 from .lifecycle import task_event
 from .metrics import LEASE_RECLAIMS, QUEUE_DEPTH
@@ -61,6 +64,7 @@ from .protocol.tasks import (
     status_reported,
 )
 from .protocol.versions import MODERN_2026_07_28
+from .scheduled import DueRuns, retry_outcome
 from .store.base import Broadcast, Records, Run, RunQueue, TaskStoreUnavailable
 from .tools import ToolRegistry
 
@@ -120,6 +124,8 @@ class Worker:
         self._loops: list[asyncio.Task[None]] = []
         self._down: set[str] = set()
         self._stopping = asyncio.Event()
+        #: Retries this worker scheduled, promoted into the queue when due (any worker's sweep does it too).
+        self._due = DueRuns(store, clock_ms, sweep_every_s=self.options.lease_s)
 
     # --- lifecycle --------------------------------------------------------------------------------
 
@@ -127,6 +133,7 @@ class Worker:
         self._loops = [
             asyncio.create_task(self._supervised("take-runs", self._take_runs), name="ext-tasks-take-runs"),
             asyncio.create_task(self._supervised("heartbeats", self._heartbeats), name="ext-tasks-heartbeats"),
+            asyncio.create_task(self._supervised("retries", self._due.run), name="ext-tasks-due-retries"),
         ]
 
     @property
@@ -275,14 +282,7 @@ class Worker:
         if not isinstance(record, TaskRecord) or record.status is not TaskStatus.WORKING:
             return None
         holder.stored = record
-        tracer = tracing.tracer
-        if tracer is None:
-            return await self._attempt(holder, record)
-        span = tracing.run_span(tracer, record, run.attempt, holder.reclaimed)
-        try:
-            return await tracing.within(span, self._attempt(holder, record, span))
-        finally:
-            span.end()
+        return await tracing.traced_run(record, run.attempt, holder.reclaimed, partial(self._attempt, holder, record))
 
     async def _attempt(self, holder: _Current, record: TaskRecord, span: Span | None = None) -> TaskRecord | None:
         """The run's attempt on ``record`` (read, working): the tool's outcome committed."""
@@ -301,20 +301,30 @@ class Worker:
         # A state-only question leaves the task working with new state: it must be queued again.
         rerun = event is TaskEvent.RERUN_REQUESTED
         status = record.status
-        if await self._commit(holder, outcome, enqueue=rerun):
+        if await self._commit(holder, outcome, enqueue=rerun, retry_at_ms=holder.retry_at_ms):
+            if holder.retry_at_ms is not None:
+                self._due.add(run.task_id, holder.retry_at_ms)
             task_event(status, event, outcome, attempt=run.attempt)
             tracing.run_outcome(span, event, run.attempt, outcome.error)
             return outcome
         tracing.run_outcome(span, None, run.attempt)  # the task changed meanwhile (cancelled): dropped
         return None
 
-    async def _commit(self, holder: _Current, outcome: TaskRecord, *, enqueue: bool = False) -> bool:
+    async def _commit(
+        self, holder: _Current, outcome: TaskRecord, *, enqueue: bool = False, retry_at_ms: int | None = None
+    ) -> bool:
         """Commit the run's outcome and acknowledge the run in the same step, however long the store
         refuses it (the run stays ours meanwhile: it is heartbeated while it runs)."""
         assert holder.stored is not None
         finishing = holder.run if holder.run.delivery else None
         committed = await commit_through_outage(
-            self.store, holder.stored, outcome, enqueue=enqueue, finishing=finishing, now_ms=self._clock_ms
+            self.store,
+            holder.stored,
+            outcome,
+            enqueue=enqueue,
+            finishing=finishing,
+            now_ms=self._clock_ms,
+            retry_at_ms=retry_at_ms,
         )
         holder.acknowledged = committed and finishing is not None
         return committed
@@ -363,6 +373,10 @@ class Worker:
                 return TaskEvent.RERUN_REQUESTED, rerun_requested(holder.working, state, self._clock_ms())
             requests = {key: request.to_wire() for key, request in asked.requests.items()}
             return TaskEvent.INPUT_REQUESTED, input_requested(holder.working, requests, state, self._clock_ms())
+        except RetryLater as asked:
+            # Transient: the next attempt scheduled in the store, or the task failed past the last one.
+            event, outcome, holder.retry_at_ms = retry_outcome(holder.working, tool.retry, asked, self._clock_ms())
+            return event, outcome
         except ProtocolError as exc:
             # A tool's protocol failure is the task's outcome, with its own code and message. Anything
             # else is a failure of this worker: the run is reclaimed (``_execute_and_ack``).
@@ -386,6 +400,8 @@ class _Current:
         self.reclaimed = reclaimed
         self.stored: TaskRecord | None = None
         self.acknowledged = False
+        #: When the next attempt is due, if this one ended by scheduling a retry.
+        self.retry_at_ms: int | None = None
 
     @property
     def working(self) -> TaskRecord:

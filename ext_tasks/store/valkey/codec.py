@@ -49,6 +49,10 @@ def _scalar_fields(record: TaskRecord) -> dict[str, str]:
         fields["sensitive"] = "1"
     if record.delivered_at_ms is not None:
         fields["delivered_at_ms"] = str(record.delivered_at_ms)
+    if record.retries:
+        fields["retries"] = str(record.retries)
+    if record.retry_at_ms is not None:
+        fields["retry_at_ms"] = str(record.retry_at_ms)
     if record.grant is not None:  # JSON text already, kept as it is (only a starting run decodes it)
         fields["grant"] = record.grant
     if record.trace_context is not None:  # a traceparent, checked before it was kept

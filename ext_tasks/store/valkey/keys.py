@@ -45,6 +45,14 @@ class KeySchema:
             return f"{self.prefix}:runs"
         return f"{self.prefix}:{{{partition}}}:runs"
 
+    def due(self, partition: str) -> str:
+        """The partition's scheduled runs (retries with backoff): task ids scored by when they are due,
+        in the slot of the partition's stream, so a commit schedules one and a promotion queues it in
+        one step."""
+        if partition == LEGACY_PARTITION:
+            return f"{self.prefix}:due"
+        return f"{self.prefix}:{{{partition}}}:due"
+
     @property
     def run_group(self) -> str:
         return "workers"

@@ -13,7 +13,8 @@ Creating a task is at most two atomic steps, each in one slot:
    first run. When the idempotency key already names a task, the place taken is given back.
 
 A commit is a compare-and-set on ``version`` that writes only the changed fields, and in the same step
-may queue a run, acknowledge the run that produced it, and publish the record as the commit left it
+may queue a run (or schedule it for later, a retry: ``ZADD`` to the partition's due runs), acknowledge
+the run that produced it, and publish the record as the commit left it
 (its hash, as a JSON object of its fields) on the task's sharded channel: only if someone marked the
 task watched, so an unwatched task's commit publishes nothing and costs no encoding.
 """
@@ -69,8 +70,8 @@ return 1
 
 COMMIT: Final = Script(
     "commit a change",
-    keys=("record", "runs", "channel"),
-    args=("task_id", "expect_version", "dropped", "expires_at", "enqueue", "finishing", "group"),
+    keys=("record", "runs", "channel", "due"),
+    args=("task_id", "expect_version", "dropped", "expires_at", "enqueue", "finishing", "group", "retry_at"),
     body="""
 local seen = redis.call('HMGET', record, 'version', 'watched')
 if not seen[1] then return -1 end
@@ -83,6 +84,7 @@ if dropped ~= '' then
 end
 if expires_at ~= '' then redis.call('PEXPIREAT', record, expires_at) end
 if enqueue == '1' then redis.call('XADD', runs, '*', 'task', task_id) end
+if retry_at ~= '' then redis.call('ZADD', due, retry_at, task_id) end
 if finishing ~= '' then redis.call('XACK', runs, group, finishing) end
 if seen[2] then
   local flat, fields = redis.call('HGETALL', record), {}
@@ -199,7 +201,13 @@ class ValkeyRecords:
         return {task_id: owner for task_id, owner in zip(task_ids, found, strict=True) if owner is not None}
 
     async def commit(
-        self, before: TaskRecord, after: TaskRecord, *, enqueue: bool = False, finishing: Run | None = None
+        self,
+        before: TaskRecord,
+        after: TaskRecord,
+        *,
+        enqueue: bool = False,
+        finishing: Run | None = None,
+        retry_at_ms: int | None = None,
     ) -> bool:
         changed, dropped = changes(before, after)
         expires = after.expires_at_ms
@@ -210,6 +218,7 @@ class ValkeyRecords:
                     "record": self.keys.task(task_id),
                     "runs": self.keys.runs(partition_of(task_id)),
                     "channel": self.keys.task_channel(task_id),
+                    "due": self.keys.due(partition_of(task_id)),
                 },
                 args={
                     "task_id": task_id,
@@ -219,6 +228,7 @@ class ValkeyRecords:
                     "enqueue": "1" if enqueue else "",
                     "finishing": "" if finishing is None else finishing.delivery,
                     "group": self.keys.run_group,
+                    "retry_at": "" if retry_at_ms is None else str(retry_at_ms),
                 },
                 rest=flat(changed),
             )
