@@ -26,7 +26,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Final, Protocol
 
-from . import tracing
+from . import tracing, tracing_tasks
 from .auth import Principal, grant_of
 from .clock import now_ms
 from .context import Emit
@@ -206,7 +206,7 @@ class TaskMethods:
             assert claim is not None
             return await self._resent(existing, claim, principal)
         if traced:
-            tracing.name_task(record.task_id)
+            tracing_tasks.name_task(record.task_id)
         task_event(None, TaskEvent.CREATED, record, ttl_ms=ttl_ms)
         return create_task_result(record, now)
 
@@ -230,7 +230,7 @@ class TaskMethods:
         found = await self.store.lookup(task_id)
         if isinstance(found, TaskRecord) and found.owner == principal.id:
             if not again and tracing.tracer is not None:  # tasks/get|update|cancel link to the task's trace
-                tracing.add_task_link(found.trace_context, found.task_id)
+                tracing_tasks.add_task_link(found.trace_context, found.task_id)
             return found
         if isinstance(found, Expired) and found.owner == principal.id:
             tag = principal_tag(principal.id)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import re
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Mapping, MutableMapping, Sequence
 from typing import Any, Final, NamedTuple, TypeVar
 
 import msgspec
@@ -33,9 +33,6 @@ from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.propagators.textmap import Getter
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, Tracer
-
-from .protocol.states import TaskEvent
-from .protocol.tasks import TaskRecord
 
 #: The attribute naming a task (no convention has one): on request spans that create or read a task,
 #: and on run attempts.
@@ -321,96 +318,6 @@ async def traced_items(span: Span, context: otel_context.Context, items: AsyncIt
 
 
 _END: Final[Any] = object()
-
-
-def add_task_link(record_context: str | None, task_id: str) -> None:
-    """Link the current span to a task's trace (``tasks/get|update|cancel``, and what the legacy shim
-    asks of a task through them), naming the task."""
-    span = trace.get_current_span()
-    if not span.is_recording():
-        return
-    span.set_attribute(TASK_ID, task_id)
-    context = context_of_traceparent(record_context)
-    if context is not None:
-        span.add_link(trace.get_current_span(context).get_span_context(), {"ext_tasks.link": "task"})
-
-
-def name_task(task_id: str) -> None:
-    """Name the task a request created on its span."""
-    span = trace.get_current_span()
-    if span.is_recording():
-        span.set_attribute(TASK_ID, task_id)
-
-
-# --- run attempts ---------------------------------------------------------------------------------------
-
-
-def run_span(tracer: Tracer, record: TaskRecord, attempt: int, reclaimed: bool) -> Span:
-    """The span of one run attempt of ``record``'s task: a child of the creating request's context,
-    linked to it."""
-    parent = context_of_traceparent(record.trace_context)
-    links = [Link(trace.get_current_span(parent).get_span_context(), {"ext_tasks.link": "task"})] if parent else None
-    attributes: dict[str, Any] = {
-        "gen_ai.operation.name": "execute_tool",
-        "gen_ai.tool.name": record.tool,
-        TASK_ID: record.task_id,
-        RUN_ATTEMPT: attempt,
-    }
-    if record.retries:  # a retry the tool asked for (ext_tasks.retry), not a crash's rerun
-        attributes["ext_tasks.run.retries"] = record.retries
-    span = tracer.start_span(
-        f"execute_tool {record.tool}",
-        context=parent if parent is not None else otel_context.Context(),
-        kind=SpanKind.INTERNAL,
-        attributes=attributes,
-        links=links,
-    )
-    span.add_event(EVENT_RUN_STARTED, {RUN_ATTEMPT: attempt})
-    if reclaimed or attempt > 1:
-        # The run came back: its previous holder stopped (a crash, a lost lease) before finishing it.
-        span.add_event(EVENT_RECLAIMED, {RUN_ATTEMPT: attempt, "ext_tasks.run.interrupted_attempts": attempt - 1})
-    return span
-
-
-async def traced_run(
-    record: TaskRecord, attempt: int, reclaimed: bool, work: Callable[[Span | None], Awaitable[R]]
-) -> R:
-    """``work(span)``: a run attempt in its span (:func:`run_span`), or ``work(None)`` with tracing off."""
-    if tracer is None:
-        return await work(None)
-    span = run_span(tracer, record, attempt, reclaimed)
-    try:
-        return await within(span, work(span))
-    finally:
-        span.end()
-
-
-#: A run's outcome as its span names it, by the status table's event.
-_OUTCOMES: Final = {
-    TaskEvent.SUCCEEDED: "completed",
-    TaskEvent.FAILED: "failed",
-    TaskEvent.INPUT_REQUESTED: "input_required",
-    TaskEvent.RERUN_REQUESTED: "rerun",
-    TaskEvent.RETRY_SCHEDULED: "retry_scheduled",
-}
-
-
-def run_outcome(
-    span: Span | None, event: TaskEvent | None, attempt: int, error: Mapping[str, Any] | None = None
-) -> None:
-    """The outcome of a run attempt on its span (none: tracing off): ``completed``, ``failed``,
-    ``input_required``, ``rerun``, ``retry_scheduled``, or ``superseded`` (``event`` ``None``: its
-    commit lost to a cancellation)."""
-    if span is None:
-        return
-    outcome = _OUTCOMES.get(event, "superseded") if event is not None else "superseded"
-    attributes: dict[str, Any] = {"ext_tasks.run.outcome": outcome, RUN_ATTEMPT: attempt}
-    if error is not None:
-        attributes["error.type"] = str(error.get("code", "_OTHER"))
-    span.add_event(EVENT_OUTCOME, attributes)
-    span.set_attribute("ext_tasks.run.outcome", outcome)
-    if error is not None:
-        record_error(span, error.get("code", "_OTHER"), error.get("message"))
 
 
 # --- a request's reply ------------------------------------------------------------------------------------

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Final, Protocol
 
 import msgspec
 
-from . import tracing
+from . import tracing_tasks
 from .auth import principal_from_grant
 from .cancel_watch import stop_when_cancelled
 from .clock import now_ms
@@ -282,7 +282,8 @@ class Worker:
         if not isinstance(record, TaskRecord) or record.status is not TaskStatus.WORKING:
             return None
         holder.stored = record
-        return await tracing.traced_run(record, run.attempt, holder.reclaimed, partial(self._attempt, holder, record))
+        attempt = partial(self._attempt, holder, record)
+        return await tracing_tasks.traced_run(record, run.attempt, holder.reclaimed, attempt)
 
     async def _attempt(self, holder: _Current, record: TaskRecord, span: Span | None = None) -> TaskRecord | None:
         """The run's attempt on ``record`` (read, working): the tool's outcome committed."""
@@ -294,7 +295,7 @@ class Worker:
             if not await self._commit(holder, outcome):
                 return None
             task_event(record.status, TaskEvent.FAILED, outcome, attempts=interrupted)
-            tracing.run_outcome(span, TaskEvent.FAILED, run.attempt, outcome.error)
+            tracing_tasks.run_outcome(span, TaskEvent.FAILED, run.attempt, outcome.error)
             return outcome
         task_event(record.status, TaskEvent.RUN_STARTED, holder.working, attempt=run.attempt)
         event, outcome = await self._outcome(holder)
@@ -305,9 +306,9 @@ class Worker:
             if holder.retry_at_ms is not None:
                 self._due.add(run.task_id, holder.retry_at_ms)
             task_event(status, event, outcome, attempt=run.attempt)
-            tracing.run_outcome(span, event, run.attempt, outcome.error)
+            tracing_tasks.run_outcome(span, event, run.attempt, outcome.error)
             return outcome
-        tracing.run_outcome(span, None, run.attempt)  # the task changed meanwhile (cancelled): dropped
+        tracing_tasks.run_outcome(span, None, run.attempt)  # the task changed meanwhile (cancelled): dropped
         return None
 
     async def _commit(
