@@ -13,7 +13,7 @@ import asyncio
 import importlib
 import logging
 import secrets
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from migration.proxy import ForwardingHandler
@@ -356,30 +356,6 @@ def serve_app(settings: Settings) -> tuple[Runtime, App]:
         pacing=runtime.engine.pacing if runtime.engine is not None else None,
     )
     return runtime, app
-
-
-def admin_app(settings: Settings, store: TaskStore, on_shutdown: Sequence[Callable[[], Awaitable[None]]] = ()) -> Any:
-    """The admin listener's app (``EXT_TASKS_ADMIN_PORT``): the operator's view of ``store``."""
-    from .admin_http import AdminTokens, create_admin_app
-    from .operator import Operator, StuckRule
-
-    admin = settings.admin
-    rule = StuckRule(lease_ms=int(settings.worker.lease_s * 1000), input_limit_ms=int(admin.admin_stuck_input_s * 1e3))
-    tokens = AdminTokens([token.get_secret_value() for token in admin.admin_tokens])
-    return create_admin_app(Operator(rule=rule, store=store), tokens, on_shutdown=on_shutdown)
-
-
-def standalone_admin_app(settings: Settings) -> Any:
-    """The admin app on a store of its own: where several processes serve ``/mcp`` (``--workers``, granian),
-    the parent serves it once, over the Valkey they share."""
-    shared = SharedValkey(settings)
-    store = build_store(settings, shared)
-
-    async def close() -> None:
-        await store.close()
-        await shared.close()
-
-    return admin_app(settings, store, on_shutdown=[close])
 
 
 def proxy_app(settings: Settings, upstream_url: str, version: str) -> App:
