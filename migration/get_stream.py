@@ -13,7 +13,7 @@ stream whichever instance runs the task. When the session creates a task, the ne
 session bus and the subscription is renewed to include it. Each time a subscription is live, the newly
 watched tasks are read once, so a question asked before the stream (or the renewal) existed is relayed
 too. A question that another stream of the session relays (a waiting ``tasks/result``) is left to it and
-tried again when that stream lets it go (:class:`~.legacy_tasks.StreamQuestions`).
+tried again when that stream lets it go (:class:`~.questions.StreamQuestions`).
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ from ext_tasks.protocol.errors import ProtocolError
 from ext_tasks.protocol.jsonrpc import notification_message
 from ext_tasks.protocol.result_types import DetailedTask
 
-from .legacy_tasks import LegacyTasks, StreamQuestions
+from .legacy_tasks import LegacyTasks
 from .modern_results import detailed_task
+from .questions import StreamQuestions
 from .remote import UpstreamFailed
 from .sessions import LegacySession, SessionStore
 from .translate import legacy_notification, legacy_task

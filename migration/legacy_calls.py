@@ -18,7 +18,8 @@ from ext_tasks.protocol.errors import Busy, InternalError, InvalidRequest, Limit
 from ext_tasks.protocol.jsonrpc import Request, error_message, result_message
 from ext_tasks.protocol.result_types import CreateTaskResult, InputRequiredResult
 
-from .legacy_tasks import LegacyTasks, Relay
+from .legacy_tasks import LegacyTasks
+from .questions import Relay
 from .sessions import LegacySession, SessionStore
 from .translate import (
     legacy_create_task_result,

@@ -16,7 +16,7 @@ import pytest
 from msgspec import UNSET
 
 from ext_tasks.protocol.result_types import DetailedTask
-from migration.legacy_tasks import Answer, Relay, StreamQuestions
+from migration.questions import Answer, Relay, StreamQuestions
 from migration.sessions import MemorySessionStore
 from tests.migration.shim_support import ADA, RELATED_TASK, WAIT_S
 
