@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # what the names are, for type checkers and readers; at run t
         TextContent,
     )
     from .results import PromptResult, ResourceResult, ToolResult
-    from .tools import Header, ToolRegistry
+    from .tools import Header, Retention, ToolRegistry
 
 #: Each public name and the module (relative to this package) it comes from.
 _HOMES: Final = {
@@ -49,7 +49,7 @@ _HOMES: Final = {
         ".protocol.wire",
     ),
     **dict.fromkeys(("PromptResult", "ResourceResult", "ToolResult"), ".results"),
-    **dict.fromkeys(("Header", "ToolRegistry"), ".tools"),
+    **dict.fromkeys(("Header", "Retention", "ToolRegistry"), ".tools"),
 }
 
 __all__ = [
@@ -68,6 +68,7 @@ __all__ = [
     "ResourceContents",
     "ResourceLink",
     "ResourceResult",
+    "Retention",
     "TextContent",
     "ToolError",
     "ToolRegistry",

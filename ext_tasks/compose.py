@@ -33,6 +33,7 @@ from .protocol.resume import ResumeCodec
 from .replies import RequestHandler
 from .store.base import OwnerPlaces, TaskStore, TaskStoreUnavailable
 from .store.memory import MemoryTaskStore
+from .lifetimes import Lifetimes
 from .task_methods import TaskMethods
 from .tools import ToolRegistry
 from .waits import WaitLimit
@@ -176,7 +177,7 @@ def build_engine(
         registry,
         codec,
         settings.engine,
-        tasks=TaskMethods(store, settings.tasks),
+        tasks=TaskMethods(store, settings.tasks, lifetimes=Lifetimes(settings.tasks, registry.find_tool)),
         waits=waits,
         claim_once=claim_once,
         # Results that depend on who asks must not be shared by caches between callers.
@@ -185,7 +186,7 @@ def build_engine(
 
 
 def build_worker(registry: ToolRegistry, settings: Settings, store: TaskStore) -> Worker:
-    return Worker(store, registry, settings.worker)
+    return Worker(store, registry, settings.worker, lifetimes=Lifetimes(settings.tasks, registry.find_tool))
 
 
 def build_sessions(settings: Settings, shared: SharedValkey | None = None) -> SessionStore:

@@ -53,6 +53,22 @@ def Header(name: str, description: str | None = None) -> Any:  # noqa: N802 - re
     return Field(description=description, json_schema_extra={"x-mcp-header": name})
 
 
+@dataclass(frozen=True)
+class Retention:
+    """How long a tool's finished tasks are kept after their end, by outcome, in milliseconds (``None``:
+    the server's ``EXT_TASKS_RETAIN_*_MS``). Never less than the task's lifetime grant nor more than
+    ``EXT_TASKS_TASK_MAX_TTL_MS``: ``@registry.tool(retention=Retention(failed_ms=7 * 86_400_000))``."""
+
+    completed_ms: int | None = None
+    failed_ms: int | None = None
+    cancelled_ms: int | None = None
+
+    def __post_init__(self) -> None:
+        for label, value in vars(self).items():
+            if value is not None and (not isinstance(value, int) or value <= 0):
+                raise ValueError(f"Retention.{label} must be a positive integer number of milliseconds")
+
+
 @dataclass
 class Tool:
     name: str
@@ -69,6 +85,12 @@ class Tool:
     ttl_ms: int | None = None
     poll_max_ms: int | None = None
     sensitive: bool = False
+    #: The longest one run of the function may take (seconds); past it the task ends ``failed``.
+    timeout_s: float | None = None
+    #: The longest the task may wait in ``input_required`` for answers (seconds); then it ends ``failed``.
+    input_timeout_s: float | None = None
+    #: How long its finished tasks are kept, by outcome (``None``: the server's settings).
+    retention: Retention | None = None
     #: OAuth scopes a caller's token must carry to see and call the tool (besides the server's own).
     scopes: tuple[str, ...] = ()
 
@@ -207,6 +229,9 @@ class ToolRegistry:
         poll_max_ms: int | None = None,
         sensitive: bool = False,
         scopes: Sequence[str] = (),
+        timeout_s: float | None = None,
+        input_timeout_s: float | None = None,
+        retention: Retention | None = None,
     ) -> Callable[[F], F]:
         """Register an async function as a tool.
 
@@ -220,6 +245,10 @@ class ToolRegistry:
         server's short grace period, and ``ttlMs`` says so. ``scopes``: the OAuth scopes a caller's token
         must carry to see the tool in ``tools/list`` and to call it (a token without them gets 403
         ``insufficient_scope``, the spec's step-up); callers with a static token or none pass.
+        ``timeout_s``: the longest one run of the function may take as a task (it is then cancelled on
+        whichever instance runs it and the task ends ``failed``); ``input_timeout_s``: the longest the task
+        may wait for answers in ``input_required`` (then it ends ``failed``); ``retention``: how long its
+        finished tasks are kept, by outcome (:class:`Retention`).
         """
         required_scopes = scope_tokens(scopes)
         if task not in ("forbidden", "optional", "required"):
@@ -227,6 +256,9 @@ class ToolRegistry:
         for label, value in (("ttl_ms", ttl_ms), ("poll_max_ms", poll_max_ms)):
             if value is not None and (not isinstance(value, int) or value <= 0):
                 raise ValueError(f"{label} must be a positive integer number of milliseconds")
+        for label, seconds in (("timeout_s", timeout_s), ("input_timeout_s", input_timeout_s)):
+            if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds <= 0):
+                raise ValueError(f"{label} must be a positive number of seconds")
 
         def register(fn: F) -> F:
             signature = Signature.of(fn, raw_schema=input_schema is not None)
@@ -251,6 +283,9 @@ class ToolRegistry:
                 poll_max_ms=poll_max_ms,
                 sensitive=sensitive,
                 scopes=required_scopes,
+                timeout_s=timeout_s,
+                input_timeout_s=input_timeout_s,
+                retention=retention,
             )
             self.add_tool(tool)
             return fn

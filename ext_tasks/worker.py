@@ -44,8 +44,9 @@ from .clock import now_ms
 from .context import Context, InputRequired, missing_capabilities
 from .invoke import invoke_tool
 from .lifecycle import task_event
+from .lifetimes import Lifetimes, end_overdue
 from .metrics import LEASE_RECLAIMS, QUEUE_DEPTH
-from .options import WorkerOptions
+from .options import TaskOptions, WorkerOptions
 from .outage import OUTAGE_S, commit_through_outage, through_outage
 from .protocol.envelope import Envelope
 from .protocol.errors import InternalError, MissingClientCapability, ProtocolError
@@ -60,7 +61,7 @@ from .protocol.tasks import (
     status_reported,
 )
 from .protocol.versions import MODERN_2026_07_28
-from .store.base import Broadcast, Records, Run, RunQueue, TaskStoreUnavailable
+from .store.base import Broadcast, InputDeadlines, Records, Run, RunQueue, TaskStoreUnavailable
 from .tools import ToolRegistry
 
 logger = logging.getLogger("ext_tasks.worker")
@@ -87,9 +88,10 @@ def run_envelope(record: TaskRecord) -> Envelope:
     )
 
 
-class WorkerStore(RunQueue, Records, Broadcast, Protocol):
-    """What a worker uses of a task store: the run queue, the records its runs change, and the
-    broadcast it watches for a cancellation (no claims, no owners' places, no opening or closing)."""
+class WorkerStore(RunQueue, Records, Broadcast, InputDeadlines, Protocol):
+    """What a worker uses of a task store: the run queue, the records its runs change, the broadcast it
+    watches for a cancellation, and the waits for input it ends when overdue (no claims, no owners'
+    places, no opening or closing)."""
 
 
 class Worker:
@@ -101,10 +103,13 @@ class Worker:
         *,
         consumer: str | None = None,
         clock_ms: Callable[[], int] = now_ms,
+        lifetimes: Lifetimes | None = None,
     ) -> None:
         self.store = store
         self.registry = registry
         self.options = options or WorkerOptions()
+        #: Runs' time limits, and how long an outcome is kept.
+        self.lifetimes = lifetimes or Lifetimes(TaskOptions(), registry.find_tool)
         self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}-{id(self):x}"
         self._clock_ms = clock_ms
         #: Runs executing here, by delivery id (one task may briefly have two: a finishing run that is
@@ -123,6 +128,7 @@ class Worker:
         self._loops = [
             asyncio.create_task(self._supervised("take-runs", self._take_runs), name="ext-tasks-take-runs"),
             asyncio.create_task(self._supervised("heartbeats", self._heartbeats), name="ext-tasks-heartbeats"),
+            asyncio.create_task(self._supervised("overdue", self._sweep_overdue), name="ext-tasks-overdue"),
         ]
 
     @property
@@ -220,6 +226,14 @@ class Worker:
                     depth_due = time.monotonic() + _DEPTH_EVERY_S
                     QUEUE_DEPTH.set(await self.store.queue_depth())
 
+    async def _sweep_overdue(self) -> None:
+        """End the waits for input past their deadline, which no reader may come to notice: every half
+        lease, one read per partition (each end is a compare-and-set: workers may sweep at once)."""
+        while True:
+            await asyncio.sleep(self.options.lease_s / 2)
+            with contextlib.suppress(TaskStoreUnavailable):
+                await end_overdue(self.store, self.lifetimes, self._clock_ms)
+
     def _stop_lost(self, run: Run) -> None:
         """The queue no longer counts ``run`` as ours: another worker took it over (this process paused
         longer than the lease) or a promoted replica never saw our claim. Stop it, unacknowledged: the
@@ -270,15 +284,20 @@ class Worker:
             return None
         holder.stored = record
         interrupted = run.attempt - 1
-        if interrupted >= self.options.max_attempts:
+        # Queued (or lost) past its life's bound, or interrupted too often: it ends without running.
+        outcome = self.lifetimes.overdue(record, self._clock_ms())
+        if outcome is None and interrupted >= self.options.max_attempts:
             error = InternalError(f"The task's run was interrupted {interrupted} times; giving up").to_error()
-            outcome = failed(msgspec.structs.replace(record, attempts=interrupted), error, self._clock_ms())
+            gave_up = failed(msgspec.structs.replace(record, attempts=interrupted), error, self._clock_ms())
+            outcome = self.lifetimes.fit(record, gave_up)
+        if outcome is not None:
             if not await self._commit(holder, outcome):
                 return None
             task_event(record.status, TaskEvent.FAILED, outcome, attempts=interrupted)
             return outcome
         task_event(record.status, TaskEvent.RUN_STARTED, holder.working, attempt=run.attempt)
         event, outcome = await self._outcome(holder)
+        outcome = self.lifetimes.fit(record, outcome)  # a retention from its end, a wait's deadline
         # A state-only question leaves the task working with new state: it must be queued again.
         rerun = event is TaskEvent.RERUN_REQUESTED
         status = record.status
@@ -330,8 +349,16 @@ class Worker:
             task_id=record.task_id,
             on_status=set_status,
         )
+        deadline_ms, timed_out = self.lifetimes.run_limit(record, tool, self._clock_ms())
+        limit = asyncio.timeout(max(0, deadline_ms - self._clock_ms()) / 1000)
         try:
-            result = await invoke_tool(tool, record.arguments, ctx)
+            async with limit:
+                result = await invoke_tool(tool, record.arguments, ctx)
+        except TimeoutError:
+            if not limit.expired():
+                raise
+            # Past its limit: the coroutine was cancelled here, where it ran; the task says why.
+            return TaskEvent.FAILED, failed(holder.working, timed_out, self._clock_ms())
         except InputRequired as asked:
             missing = missing_capabilities(asked.requests.values(), record.client_capabilities)
             if missing:

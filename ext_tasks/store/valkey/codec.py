@@ -49,6 +49,10 @@ def _scalar_fields(record: TaskRecord) -> dict[str, str]:
         fields["sensitive"] = "1"
     if record.delivered_at_ms is not None:
         fields["delivered_at_ms"] = str(record.delivered_at_ms)
+    for name in ("grant_ms", "deadline_ms"):  # lifetimes: absent on records of earlier versions
+        value = getattr(record, name)
+        if value is not None:
+            fields[name] = str(value)
     if record.grant is not None:  # JSON text already, kept as it is (only a starting run decodes it)
         fields["grant"] = record.grant
     return fields

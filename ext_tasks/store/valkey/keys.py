@@ -45,6 +45,12 @@ class KeySchema:
             return f"{self.prefix}:runs"
         return f"{self.prefix}:{{{partition}}}:runs"
 
+    def deadlines(self, partition: str) -> str:
+        """The partition's waits for input, scored by the deadline that ends them (a sorted set)."""
+        if partition == LEGACY_PARTITION:
+            return f"{self.prefix}:deadlines"
+        return f"{self.prefix}:{{{partition}}}:deadlines"
+
     @property
     def run_group(self) -> str:
         return "workers"
