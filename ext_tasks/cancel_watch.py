@@ -1,6 +1,7 @@
 """A run's watch for its task's cancellation: a run still going after :data:`WATCH_AFTER_S` follows its
 task on the store's broadcast, so a ``tasks/cancel`` answered by any instance (or any other end of the
-task there, such as a time limit) stops the running coroutine at once. Shorter runs cost no subscription (a cancellation that beats them loses nothing: their outcome's
+task there, such as a reader finding it past its life's bound) stops the running coroutine at once.
+Shorter runs cost no subscription (a cancellation that beats them loses nothing: their outcome's
 compare-and-set fails)."""
 
 from __future__ import annotations

@@ -27,13 +27,13 @@ from .auth import AnonymousAuthenticator, Authenticator, BearerTokenAuthenticato
 from .auth.oauth import OAuthAuthenticator
 from .config import ConfigError, Settings
 from .engine import Engine
+from .lifetimes import Lifetimes
 from .metrics import STORE_ACCEPTS_WRITES
 from .protocol.errors import Busy
 from .protocol.resume import ResumeCodec
 from .replies import RequestHandler
 from .store.base import OwnerPlaces, TaskStore, TaskStoreUnavailable
 from .store.memory import MemoryTaskStore
-from .lifetimes import Lifetimes
 from .task_methods import TaskMethods
 from .tools import ToolRegistry
 from .waits import WaitLimit

@@ -257,7 +257,8 @@ class ToolRegistry:
             if value is not None and (not isinstance(value, int) or value <= 0):
                 raise ValueError(f"{label} must be a positive integer number of milliseconds")
         for label, seconds in (("timeout_s", timeout_s), ("input_timeout_s", input_timeout_s)):
-            if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds <= 0):
+            numeric = isinstance(seconds, int | float) and not isinstance(seconds, bool)
+            if seconds is not None and (not numeric or seconds <= 0):
                 raise ValueError(f"{label} must be a positive number of seconds")
 
         def register(fn: F) -> F:

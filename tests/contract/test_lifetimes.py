@@ -204,13 +204,10 @@ async def test_an_input_timeout_ends_the_task_failed_with_nobody_reading_it(
     record = fresh(lifetimes, "ask")
     await store.create(record)  # the worker runs it: it asks, and waits
 
-    async def ended() -> TaskRecord | None:
-        found = await store.lookup(record.task_id)  # the store's own read: no check on read here
-        return found if isinstance(found, TaskRecord) and found.terminal else None
-
-    with anyio.fail_after(WAIT_S):
-        while (done := await ended()) is None:
-            await asyncio.sleep(0.05)
+    # The store's own read: no check on read here, only the workers' sweep can end it.
+    await until(lambda: _terminal(store, record.task_id))
+    done = await store.lookup(record.task_id)
+    assert isinstance(done, TaskRecord)
     assert done.status is TaskStatus.FAILED
     assert done.status_message == "Task failed: No answer came within the tool's input timeout of 0.3 s"
     assert done.error is not None and done.error["data"] == {"timeout": "input", "limitSeconds": 0.3}
