@@ -16,6 +16,16 @@ A commit is a compare-and-set on ``version`` that writes only the changed fields
 may queue a run, acknowledge the run that produced it, and publish the record as the commit left it
 (its hash, as a JSON object of its fields) on the task's sharded channel: only if someone marked the
 task watched, so an unwatched task's commit publishes nothing and costs no encoding.
+
+**Lifetimes** (:mod:`ext_tasks.lifetimes`). An unfinished task's key is created without an expiry: it
+never expires while it lives, and its life is bounded by whoever ends it, which every atomic step keeps
+possible: a working task always has a run in its partition's stream (queued, or pending with a lease
+that another worker reclaims), written in the same script as the record, and the worker that runs it
+ends it ``failed`` past its life's bound; a task waiting for input is in its partition's ``deadlines``
+set, written in the same script as its status, which the workers sweep. The commit that ends the task
+gives the key its retention from the end (one ``PEXPIREAT``, the one command the retention costs: the
+one creation no longer spends is what pays for it). The tombstone is written at creation for the life's
+bound (plus :data:`~..base.TOMBSTONE_MS`) and moved only by a commit that makes the record live longer.
 """
 
 from __future__ import annotations
@@ -58,10 +68,8 @@ if idempotency_value ~= '' then
   end
 end
 redis.call('HSET', record, unpack(rest))
-if expires_at ~= '' then
-  redis.call('PEXPIREAT', record, expires_at)
-  redis.call('SET', tombstone, owner, 'PXAT', tombstone_until)
-end
+if expires_at ~= '' then redis.call('PEXPIREAT', record, expires_at) end
+if tombstone_until ~= '' then redis.call('SET', tombstone, owner, 'PXAT', tombstone_until) end
 if idempotency_value ~= '' then redis.call('SET', idempotency, idempotency_value, 'PX', idempotency_window_ms) end
 redis.call('XADD', runs, '*', 'task', task_id)
 return 1
@@ -118,6 +126,11 @@ if redis.call('EXISTS', record) == 1 then redis.call('HSET', record, 'watched', 
 return 1
 """,
 )
+
+
+def _unfinished(record: TaskRecord) -> bool:
+    """An unfinished task with a lifetime grant: its key gets no expiry until it ends (see the module)."""
+    return record.grant_ms is not None and not record.terminal
 
 
 def _waiting(record: TaskRecord) -> int | None:
@@ -193,7 +206,7 @@ class ValkeyRecords:
                 args={
                     "task_id": record.task_id,
                     "owner": record.owner,
-                    "expires_at": "" if expires is None else str(expires),
+                    "expires_at": "" if expires is None or _unfinished(record) else str(expires),
                     "tombstone_until": "" if expires is None else str(expires + TOMBSTONE_MS),
                     "idempotency_value": "" if idempotency is None else f"{record.task_id} {idempotency.fingerprint}",
                     "idempotency_window_ms": "" if idempotency is None else str(max(1, idempotency.window_ms)),
