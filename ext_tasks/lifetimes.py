@@ -113,17 +113,17 @@ class Lifetimes:
 
     def fit(self, before: TaskRecord, after: TaskRecord) -> TaskRecord:
         """``after`` with the lifetime its change calls for: a task that ends is kept its retention from
-        now; a wait for input that begins gets its deadline; one that ends loses it."""
+        now; a wait for input that begins gets its deadline."""
         if after.grant_ms is None:
             return after  # a record of an earlier version keeps the lifetime it was created with
         now = after.updated_at_ms
         if after.terminal and not before.terminal:
             ttl_ms = now - after.created_at_ms + self.retention(after)
-            return msgspec.structs.replace(after, ttl_ms=ttl_ms, deadline_ms=None)
+            return msgspec.structs.replace(after, ttl_ms=ttl_ms)
         if after.status is TaskStatus.INPUT_REQUIRED and before.status is not TaskStatus.INPUT_REQUIRED:
             return msgspec.structs.replace(after, deadline_ms=self._input_deadline(after, now))
-        if after.status is not TaskStatus.INPUT_REQUIRED and after.deadline_ms is not None:
-            return msgspec.structs.replace(after, deadline_ms=None)
+        # A deadline left behind by an earlier wait means nothing outside ``input_required``; it stays
+        # (clearing it would cost the commit that ends the wait one more command).
         return after
 
     def _input_deadline(self, record: TaskRecord, now_ms: int) -> int:

@@ -80,7 +80,8 @@ class TaskRecord(msgspec.Struct, frozen=True):
     #: client's hint): while the task is unfinished, ``createdAt + ttlMs`` is kept this far ahead of the
     #: moment it is read (:func:`reported_ttl`). ``None``: a record of an earlier version (``ttl_ms`` as is).
     grant_ms: int | None = None
-    #: When the current wait for input ends the task (``input_required`` only; ``None`` otherwise).
+    #: When the wait for input ends the task: read in ``input_required`` only (a later status may keep
+    #: the last wait's deadline; it means nothing there).
     deadline_ms: int | None = None
 
     @property
