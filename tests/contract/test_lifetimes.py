@@ -16,6 +16,7 @@ import pytest
 from ext_tasks import Context, ToolRegistry
 from ext_tasks.lifetimes import Lifetimes
 from ext_tasks.options import TaskOptions, WorkerOptions
+from ext_tasks.protocol.errors import INTERNAL_ERROR
 from ext_tasks.protocol.states import TaskStatus
 from ext_tasks.protocol.tasks import (
     TaskRecord,
@@ -35,7 +36,7 @@ pytestmark = pytest.mark.anyio
 
 WAIT_S = 10.0
 GRANT_MS = 400
-ERROR = {"code": -32603, "message": "boom"}
+ERROR = {"code": INTERNAL_ERROR, "message": "boom"}
 QUESTION = {"method": "elicitation/create", "params": {"message": "go?", "requestedSchema": {"type": "object"}}}
 
 

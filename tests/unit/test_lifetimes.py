@@ -14,6 +14,7 @@ from ext_tasks.config import ConfigError, settings_from_env
 from ext_tasks.engine import Engine
 from ext_tasks.lifetimes import Lifetimes
 from ext_tasks.options import TaskOptions
+from ext_tasks.protocol.errors import INTERNAL_ERROR
 from ext_tasks.protocol.resume import ResumeCodec
 from ext_tasks.protocol.states import TaskStatus
 from ext_tasks.protocol.tasks import TaskRecord, cancelled, completed, failed, input_requested, reported_ttl
@@ -103,7 +104,7 @@ def test_retention_counts_from_the_end_by_outcome_and_tool(tool: str, end: str, 
     at = 10 * HOUR  # ended long after its grant ran out
     ending = {
         "completed": completed(record, {"content": []}, at),
-        "failed": failed(record, {"code": -32603, "message": "x"}, at),
+        "failed": failed(record, {"code": INTERNAL_ERROR, "message": "x"}, at),
         "cancelled": cancelled(record, at),
     }[end]
     kept = life.fit(record, ending)
