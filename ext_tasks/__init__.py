@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # what the names are, for type checkers and readers; at run t
         TextContent,
     )
     from .results import PromptResult, ResourceResult, ToolResult
+    from .retry import Backoff, Retry
     from .tools import Header, Retention, ToolRegistry
 
 #: Each public name and the module (relative to this package) it comes from.
@@ -49,11 +50,13 @@ _HOMES: Final = {
         ".protocol.wire",
     ),
     **dict.fromkeys(("PromptResult", "ResourceResult", "ToolResult"), ".results"),
+    **dict.fromkeys(("Backoff", "Retry"), ".retry"),
     **dict.fromkeys(("Header", "Retention", "ToolRegistry"), ".tools"),
 }
 
 __all__ = [
     "AudioContent",
+    "Backoff",
     "Context",
     "EmbeddedResource",
     "Header",
@@ -69,6 +72,7 @@ __all__ = [
     "ResourceLink",
     "ResourceResult",
     "Retention",
+    "Retry",
     "TextContent",
     "ToolError",
     "ToolRegistry",

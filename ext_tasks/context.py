@@ -18,7 +18,7 @@ under keys nobody asked do not ride along in every later ``requestState``.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 import msgspec
 from jsonschema import Draft202012Validator
@@ -130,6 +130,19 @@ class ToolError(Exception):
     """Raised by a tool to end with an ``isError`` result whose text is this message."""
 
 
+class RetryLater(Exception):
+    """Raised by ``ctx.retry_later``: inside a task, run the tool again ``after_s`` from now (``None``:
+    after the tool's backoff), as its next attempt (:mod:`ext_tasks.retry`); inline, the call ends with
+    an ``isError`` result saying ``reason``."""
+
+    def __init__(self, after_s: float | None, reason: str) -> None:
+        if after_s is not None and not after_s >= 0:
+            raise ValueError("after_s must be a number of seconds, not negative")
+        super().__init__(reason)
+        self.after_s = after_s
+        self.reason = reason
+
+
 def elicit(message: str, schema: Mapping[str, Any] | type[BaseModel]) -> InputRequest:
     """A form elicitation; ``schema`` is a flat JSON object schema or a pydantic model."""
     requested = schema.model_json_schema() if isinstance(schema, type) else dict(schema)
@@ -201,6 +214,12 @@ class Context:
         """Inside a task: publish ``message`` as the task's ``statusMessage``. Inline: nothing."""
         if self._on_status is not None:
             await self._on_status(message)
+
+    def retry_later(self, after_s: float, reason: str) -> NoReturn:
+        """End this attempt and run the tool again ``after_s`` seconds from now, as its next attempt
+        (bounded by the tool's ``retry=Retry(attempts=...)``, 3 without one); past the last attempt the
+        task ends ``failed`` with ``reason``. The wait is kept by the task store, not by this process."""
+        raise RetryLater(after_s, reason)
 
     @property
     def client_capabilities(self) -> Mapping[str, Any]:

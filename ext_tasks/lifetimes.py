@@ -22,17 +22,20 @@ the ``deadline_ms`` of a wait that begins travel in the same compare-and-set as 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Final, Protocol
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from typing import Final, Protocol, TypeVar
 
 import msgspec
 
+from .clock import now_ms
 from .lifecycle import task_event
 from .options import TaskOptions
 from .protocol.errors import InternalError
 from .protocol.states import TaskEvent, TaskStatus
 from .protocol.tasks import TaskRecord, failed
-from .store.base import InputDeadlines, Records
+from .store.base import InputDeadlines, Records, TaskStoreUnavailable
 from .tools import Tool
 
 #: Where a timeout's error says what ran out (``run``, ``input`` or ``life``) and its limit in seconds.
@@ -40,16 +43,45 @@ TIMEOUT_DATA_KIND: Final = "timeout"
 #: The most overdue waits one sweep ends (the next sweep takes the rest).
 SWEEP_BATCH: Final = 100
 ToolLookup = Callable[[str], Tool | None]
+Clock = Callable[[], int]
+T = TypeVar("T")
 
 
 def _no_tools(name: str) -> Tool | None:
     return None
 
 
+class RunTimedOut(Exception):
+    """A run went past its limit and was stopped; ``error`` is what its task ends ``failed`` with."""
+
+    def __init__(self, error: dict[str, object]) -> None:
+        super().__init__(error.get("message"))
+        self.error = error
+
+
 class Lifetimes:
-    def __init__(self, options: TaskOptions | None = None, tools: ToolLookup = _no_tools) -> None:
+    def __init__(
+        self, options: TaskOptions | None = None, tools: ToolLookup = _no_tools, *, clock_ms: Clock = now_ms
+    ) -> None:
         self.options = options or TaskOptions()
         self._tools = tools
+        self._clock_ms = clock_ms
+
+    def now_ms(self) -> int:
+        return self._clock_ms()
+
+    async def within_limit(self, record: TaskRecord, tool: Tool | None, call: Awaitable[T]) -> T:
+        """``call`` (a run of ``record``'s tool), cancelled past its limit (:meth:`run_limit`): then
+        :class:`RunTimedOut`, carrying the error its task ends with."""
+        deadline_ms, error = self.run_limit(record, tool, self._clock_ms())
+        limit = asyncio.timeout(max(0, deadline_ms - self._clock_ms()) / 1000)
+        try:
+            async with limit:
+                return await call
+        except TimeoutError:
+            if limit.expired():
+                raise RunTimedOut(error) from None
+            raise
 
     # --- at creation --------------------------------------------------------------------------------
 
@@ -88,6 +120,16 @@ class Lifetimes:
             "life",
             limit,
         )
+
+    def before_run(self, record: TaskRecord, interrupted: int, max_attempts: int) -> TaskRecord | None:
+        """The end of a task a worker must not run again (``None``: run it): past its life's bound, or
+        its runs interrupted ``max_attempts`` times (``EXT_TASKS_MAX_ATTEMPTS``)."""
+        now = self._clock_ms()
+        ended = self.overdue(record, now)
+        if ended is None and interrupted >= max_attempts:
+            error = InternalError(f"The task's run was interrupted {interrupted} times; giving up").to_error()
+            ended = self.fit(record, failed(msgspec.structs.replace(record, attempts=interrupted), error, now))
+        return ended
 
     def overdue(self, record: TaskRecord, now_ms: int) -> TaskRecord | None:
         """The record ending an unfinished task past its bound, or a wait for input past its deadline
@@ -161,6 +203,22 @@ async def end_overdue(store: SweptStore, lifetimes: Lifetimes, clock_ms: Callabl
             task_event(record.status, TaskEvent.FAILED, outcome, reason="timeout")
             ended += 1
     return ended
+
+
+class OverdueSweep:
+    """A worker's loop ending the waits for input past their deadline, which no reader may come to
+    notice: every ``every_s`` (half a lease), one read per partition."""
+
+    def __init__(self, store: SweptStore, lifetimes: Lifetimes, *, every_s: float) -> None:
+        self._store = store
+        self._lifetimes = lifetimes
+        self._every_s = every_s
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self._every_s)
+            with contextlib.suppress(TaskStoreUnavailable):  # the next sweep tries again
+                await end_overdue(self._store, self._lifetimes, self._lifetimes.now_ms)
 
 
 def _timed_out(message: str, kind: str, limit_s: float) -> dict[str, object]:

@@ -6,7 +6,8 @@ is **stuck** when nothing will move it on by itself:
 
 * ``working`` with no live lease: its run is held by a worker that has not heartbeated for longer than
   the lease (the worker died, or hangs; another worker reclaims it once it polls), or no worker has
-  taken its run for longer than the lease (no worker is running, or all are busy);
+  taken its run for longer than the lease (no worker is running, or all are busy), counted from when
+  the run was due for a task waiting for a retry;
 * ``input_required`` for longer than the limit (``EXT_TASKS_ADMIN_STUCK_INPUT_S``): the client that
   should answer seems gone.
 
@@ -69,6 +70,8 @@ class StuckRule:
             if lease.idle_ms <= self.lease_ms:
                 return None
             return f"its worker {lease.holder} has not heartbeated for {lease.idle_ms // 1000} s"
+        # A run waiting for its retry is due only then: quiet from then on.
+        quiet_ms = now - max(row.updated_at_ms, row.retry_at_ms or 0)
         if quiet_ms > self.lease_ms:
             return f"no worker has taken its run for {quiet_ms // 1000} s"
         return None

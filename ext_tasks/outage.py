@@ -56,6 +56,7 @@ async def commit_through_outage(
     enqueue: bool = False,
     finishing: Run | None = None,
     deadline: float | None = None,
+    retry_at_ms: int | None = None,
 ) -> bool:
     """``store.commit(before, after, ...)`` through an outage: whether ``after`` was stored (``False``:
     the task changed otherwise, or expired). Past ``deadline`` (``None``: none) the store's
@@ -63,7 +64,7 @@ async def commit_through_outage(
     pause, longest = PAUSE_S
     while True:
         try:
-            return await store.commit(before, after, enqueue=enqueue, finishing=finishing)
+            return await store.commit(before, after, enqueue=enqueue, finishing=finishing, retry_at_ms=retry_at_ms)
         except TaskStoreUnavailable:
             if deadline is not None and time.monotonic() > deadline:
                 raise

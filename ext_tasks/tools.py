@@ -30,6 +30,7 @@ from pydantic import Field
 
 from .auth import check_scopes
 from .context import Context
+from .retry import Retry
 from .signatures import Signature
 
 Fn = Callable[..., Awaitable[Any]]
@@ -93,6 +94,8 @@ class Tool:
     retention: Retention | None = None
     #: OAuth scopes a caller's token must carry to see and call the tool (besides the server's own).
     scopes: tuple[str, ...] = ()
+    #: Inside a task: run again, with backoff, after an exception the policy names (``None``: never).
+    retry: Retry | None = None
 
     def describe(self) -> dict[str, Any]:
         described: dict[str, Any] = {
@@ -232,6 +235,7 @@ class ToolRegistry:
         timeout_s: float | None = None,
         input_timeout_s: float | None = None,
         retention: Retention | None = None,
+        retry: Retry | None = None,
     ) -> Callable[[F], F]:
         """Register an async function as a tool.
 
@@ -249,6 +253,10 @@ class ToolRegistry:
         whichever instance runs it and the task ends ``failed``); ``input_timeout_s``: the longest the task
         may wait for answers in ``input_required`` (then it ends ``failed``); ``retention``: how long its
         finished tasks are kept, by outcome (:class:`Retention`).
+        ``retry=Retry(attempts=5, backoff=Backoff(...), on=(TransientError,))``: inside a task, an
+        exception among ``on`` schedules the next attempt after the backoff (the task stays ``working``);
+        past the last attempt the task ends ``failed``. A ``ToolError`` is retried only if ``on`` names
+        it (see :mod:`ext_tasks.retry`).
         """
         required_scopes = scope_tokens(scopes)
         if task not in ("forbidden", "optional", "required"):
@@ -287,6 +295,7 @@ class ToolRegistry:
                 timeout_s=timeout_s,
                 input_timeout_s=input_timeout_s,
                 retention=retention,
+                retry=retry,
             )
             self.add_tool(tool)
             return fn

@@ -7,7 +7,9 @@ A worker runs inside every server process (and alone as ``ext-tasks worker``). F
 2. calls the tool with every answer so far and its saved state (``ctx.task_id`` is stable across
    re-runs and recoveries: tools use it as their idempotency key);
 3. commits ``completed``, ``failed`` or ``input_required`` and acknowledges the run in the same step; a
-   commit that loses (the task was cancelled meanwhile) is dropped, which is the correct outcome.
+   commit that loses (the task was cancelled meanwhile) is dropped, which is the correct outcome. A
+   transient failure (the tool's ``retry=``, or ``ctx.retry_later``) instead schedules the next attempt
+   in the store in that step, promoted when due (:mod:`.scheduled`).
 
 While runs are in flight the worker heartbeats them; a run whose worker stops heartbeating for longer
 than the lease is reclaimed by another worker (so a run is executed *at least once*). A run still going
@@ -41,10 +43,10 @@ import msgspec
 from .auth import principal_from_grant
 from .cancel_watch import stop_when_cancelled
 from .clock import now_ms
-from .context import Context, InputRequired, missing_capabilities
+from .context import Context, InputRequired, RetryLater, missing_capabilities
 from .invoke import invoke_tool
 from .lifecycle import task_event
-from .lifetimes import Lifetimes, end_overdue
+from .lifetimes import Lifetimes, OverdueSweep, RunTimedOut
 from .metrics import LEASE_RECLAIMS, QUEUE_DEPTH
 from .options import TaskOptions, WorkerOptions
 from .outage import OUTAGE_S, commit_through_outage, through_outage
@@ -61,6 +63,7 @@ from .protocol.tasks import (
     status_reported,
 )
 from .protocol.versions import MODERN_2026_07_28
+from .scheduled import DueRuns, retry_outcome
 from .store.base import Broadcast, InputDeadlines, Records, Run, RunQueue, TaskStoreUnavailable
 from .tools import ToolRegistry
 
@@ -89,9 +92,7 @@ def run_envelope(record: TaskRecord) -> Envelope:
 
 
 class WorkerStore(RunQueue, Records, Broadcast, InputDeadlines, Protocol):
-    """What a worker uses of a task store: the run queue, the records its runs change, the broadcast it
-    watches for a cancellation, and the waits for input it ends when overdue (no claims, no owners'
-    places, no opening or closing)."""
+    """What a worker uses of a task store: its run queue, records, broadcast (cancellations), overdue waits."""
 
 
 class Worker:
@@ -108,8 +109,8 @@ class Worker:
         self.store = store
         self.registry = registry
         self.options = options or WorkerOptions()
-        #: Runs' time limits, and how long an outcome is kept.
-        self.lifetimes = lifetimes or Lifetimes(TaskOptions(), registry.find_tool)
+        self.lifetimes = lifetimes or Lifetimes(TaskOptions(), registry.find_tool, clock_ms=clock_ms)
+        self._overdue = OverdueSweep(store, self.lifetimes, every_s=self.options.lease_s / 2)  # waits past due
         self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}-{id(self):x}"
         self._clock_ms = clock_ms
         #: Runs executing here, by delivery id (one task may briefly have two: a finishing run that is
@@ -121,6 +122,8 @@ class Worker:
         self._loops: list[asyncio.Task[None]] = []
         self._down: set[str] = set()
         self._stopping = asyncio.Event()
+        #: Retries this worker scheduled, promoted into the queue when due (any worker's sweep does it too).
+        self._due = DueRuns(store, clock_ms, sweep_every_s=self.options.lease_s)
 
     # --- lifecycle --------------------------------------------------------------------------------
 
@@ -128,7 +131,8 @@ class Worker:
         self._loops = [
             asyncio.create_task(self._supervised("take-runs", self._take_runs), name="ext-tasks-take-runs"),
             asyncio.create_task(self._supervised("heartbeats", self._heartbeats), name="ext-tasks-heartbeats"),
-            asyncio.create_task(self._supervised("overdue", self._sweep_overdue), name="ext-tasks-overdue"),
+            asyncio.create_task(self._supervised("retries", self._due.run), name="ext-tasks-due-retries"),
+            asyncio.create_task(self._supervised("overdue", self._overdue.run), name="ext-tasks-overdue"),
         ]
 
     @property
@@ -226,14 +230,6 @@ class Worker:
                     depth_due = time.monotonic() + _DEPTH_EVERY_S
                     QUEUE_DEPTH.set(await self.store.queue_depth())
 
-    async def _sweep_overdue(self) -> None:
-        """End the waits for input past their deadline, which no reader may come to notice: every half
-        lease, one read per partition (each end is a compare-and-set: workers may sweep at once)."""
-        while True:
-            await asyncio.sleep(self.options.lease_s / 2)
-            with contextlib.suppress(TaskStoreUnavailable):
-                await end_overdue(self.store, self.lifetimes, self._clock_ms)
-
     def _stop_lost(self, run: Run) -> None:
         """The queue no longer counts ``run`` as ours: another worker took it over (this process paused
         longer than the lease) or a promoted replica never saw our claim. Stop it, unacknowledged: the
@@ -283,14 +279,8 @@ class Worker:
         if not isinstance(record, TaskRecord) or record.status is not TaskStatus.WORKING:
             return None
         holder.stored = record
-        interrupted = run.attempt - 1
-        # Queued (or lost) past its life's bound, or interrupted too often: it ends without running.
-        outcome = self.lifetimes.overdue(record, self._clock_ms())
-        if outcome is None and interrupted >= self.options.max_attempts:
-            error = InternalError(f"The task's run was interrupted {interrupted} times; giving up").to_error()
-            gave_up = failed(msgspec.structs.replace(record, attempts=interrupted), error, self._clock_ms())
-            outcome = self.lifetimes.fit(record, gave_up)
-        if outcome is not None:
+        # Queued (or lost) past its life's bound, or its runs interrupted too often: it ends unrun.
+        if (outcome := self.lifetimes.before_run(record, interrupted := run.attempt - 1, self.options.max_attempts)):
             if not await self._commit(holder, outcome):
                 return None
             task_event(record.status, TaskEvent.FAILED, outcome, attempts=interrupted)
@@ -301,18 +291,28 @@ class Worker:
         # A state-only question leaves the task working with new state: it must be queued again.
         rerun = event is TaskEvent.RERUN_REQUESTED
         status = record.status
-        if await self._commit(holder, outcome, enqueue=rerun):
+        if await self._commit(holder, outcome, enqueue=rerun, retry_at_ms=holder.retry_at_ms):
+            if holder.retry_at_ms is not None:
+                self._due.add(run.task_id, holder.retry_at_ms)
             task_event(status, event, outcome, attempt=run.attempt)
             return outcome
         return None
 
-    async def _commit(self, holder: _Current, outcome: TaskRecord, *, enqueue: bool = False) -> bool:
+    async def _commit(
+        self, holder: _Current, outcome: TaskRecord, *, enqueue: bool = False, retry_at_ms: int | None = None
+    ) -> bool:
         """Commit the run's outcome and acknowledge the run in the same step, however long the store
         refuses it (the run stays ours meanwhile: it is heartbeated while it runs)."""
         assert holder.stored is not None
         finishing = holder.run if holder.run.delivery else None
         committed = await commit_through_outage(
-            self.store, holder.stored, outcome, enqueue=enqueue, finishing=finishing, now_ms=self._clock_ms
+            self.store,
+            holder.stored,
+            outcome,
+            enqueue=enqueue,
+            finishing=finishing,
+            now_ms=self._clock_ms,
+            retry_at_ms=retry_at_ms,
         )
         holder.acknowledged = committed and finishing is not None
         return committed
@@ -349,16 +349,10 @@ class Worker:
             task_id=record.task_id,
             on_status=set_status,
         )
-        deadline_ms, timed_out = self.lifetimes.run_limit(record, tool, self._clock_ms())
-        limit = asyncio.timeout(max(0, deadline_ms - self._clock_ms()) / 1000)
         try:
-            async with limit:
-                result = await invoke_tool(tool, record.arguments, ctx)
-        except TimeoutError:
-            if not limit.expired():
-                raise
-            # Past its limit: the coroutine was cancelled here, where it ran; the task says why.
-            return TaskEvent.FAILED, failed(holder.working, timed_out, self._clock_ms())
+            result = await self.lifetimes.within_limit(record, tool, invoke_tool(tool, record.arguments, ctx))
+        except RunTimedOut as stopped:  # the coroutine was cancelled here, where it ran
+            return TaskEvent.FAILED, failed(holder.working, stopped.error, self._clock_ms())
         except InputRequired as asked:
             missing = missing_capabilities(asked.requests.values(), record.client_capabilities)
             if missing:
@@ -369,6 +363,10 @@ class Worker:
                 return TaskEvent.RERUN_REQUESTED, rerun_requested(holder.working, state, self._clock_ms())
             requests = {key: request.to_wire() for key, request in asked.requests.items()}
             return TaskEvent.INPUT_REQUESTED, input_requested(holder.working, requests, state, self._clock_ms())
+        except RetryLater as asked:
+            # Transient: the next attempt scheduled in the store, or the task failed past the last one.
+            event, outcome, holder.retry_at_ms = retry_outcome(holder.working, tool.retry, asked, self._clock_ms())
+            return event, outcome
         except ProtocolError as exc:
             # A tool's protocol failure is the task's outcome, with its own code and message. Anything
             # else is a failure of this worker: the run is reclaimed (``_execute_and_ack``).
@@ -390,6 +388,8 @@ class _Current:
         self.run = run
         self.stored: TaskRecord | None = None
         self.acknowledged = False
+        #: When the next attempt is due, if this one ended by scheduling a retry.
+        self.retry_at_ms: int | None = None
 
     @property
     def working(self) -> TaskRecord:

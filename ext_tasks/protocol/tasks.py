@@ -29,6 +29,9 @@ EXTENSION_ID = "io.modelcontextprotocol/tasks"
 #: How many times a task's function was started (``tasks/get`` ``_meta``): runs are at least once, and
 #: a run taken over after a crash says so here.
 META_RUN_ATTEMPTS = "dev.ext-tasks/runAttempts"
+#: How many times the task's tool was scheduled to run again after a transient failure (its
+#: ``retry=Retry(...)`` or ``ctx.retry_later``), apart from crash re-runs; present once there was one.
+META_RETRIES = "dev.ext-tasks/retries"
 #: The longest ``statusMessage`` kept: a status is a line for a human, and longer ones end with "…".
 MAX_STATUS_CHARS: Final = 1024
 #: The client capabilities a task keeps: those that decide what its tool may ask (elicitation, sampling,
@@ -83,6 +86,10 @@ class TaskRecord(msgspec.Struct, frozen=True):
     #: When the wait for input ends the task: read in ``input_required`` only (a later status may keep
     #: the last wait's deadline; it means nothing there).
     deadline_ms: int | None = None
+    #: Retries scheduled so far (:mod:`ext_tasks.retry`): the running attempt is ``retries + 1``.
+    retries: int = 0
+    #: When the last retry scheduled is due (its run waits in the store until then; ``None``: none yet).
+    retry_at_ms: int | None = None
 
     @property
     def expires_at_ms(self) -> int | None:
@@ -174,6 +181,8 @@ def transition(
     attempts: int | UnsetType = UNSET,
     ttl_ms: int | UnsetType = UNSET,
     delivered_at_ms: int | UnsetType = UNSET,
+    retries: int | UnsetType = UNSET,
+    retry_at_ms: int | UnsetType = UNSET,
 ) -> TaskRecord:
     """The record after ``event``: next status from the table, version + 1, the fields given changed
     (the others kept, as the same objects: the Valkey codec writes only what changed), and
@@ -195,6 +204,8 @@ def transition(
         "attempts": attempts,
         "ttl_ms": ttl_ms,
         "delivered_at_ms": delivered_at_ms,
+        "retries": retries,
+        "retry_at_ms": retry_at_ms,
     }
     changes = {name: value for name, value in given.items() if value is not UNSET}
     updated_at_ms = max(now_ms, record.updated_at_ms)
@@ -233,6 +244,21 @@ def status_reported(record: TaskRecord, message: str, now_ms: int) -> TaskRecord
 def rerun_requested(record: TaskRecord, state: Any, now_ms: int) -> TaskRecord:
     """A state-only ``input_required`` inside a task: nothing to ask, so run again with ``state``."""
     return transition(record, TaskEvent.RERUN_REQUESTED, now_ms, state=state, attempts=0)
+
+
+def retry_scheduled(record: TaskRecord, status_message: str, due_at_ms: int, now_ms: int) -> TaskRecord:
+    """The attempt failed transiently and the next one is scheduled, due at ``due_at_ms``: the task stays
+    ``working``, saying when it runs again; the retry is counted and the crash count starts afresh for
+    the next attempt."""
+    return transition(
+        record,
+        TaskEvent.RETRY_SCHEDULED,
+        now_ms,
+        status_message=bounded_status(status_message),
+        retries=record.retries + 1,
+        retry_at_ms=due_at_ms,
+        attempts=0,
+    )
 
 
 def answers_merged(record: TaskRecord, responses: Mapping[str, dict[str, Any]], now_ms: int) -> TaskRecord | None:
@@ -379,4 +405,6 @@ def detailed_task_wire(record: TaskRecord, now_ms: int | None = None) -> dict[st
 
 
 def attempts_meta(record: TaskRecord) -> dict[str, Any]:
+    if record.retries:
+        return {META_RUN_ATTEMPTS: record.attempts, META_RETRIES: record.retries}
     return {META_RUN_ATTEMPTS: record.attempts}

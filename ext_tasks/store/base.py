@@ -30,6 +30,9 @@ contract tests in ``tests/contract`` check them on memory, one Valkey and a Valk
 * The owner's caps (:class:`ActiveLimit`: unfinished tasks, kept tasks, bytes kept) are exact: checked
   and charged in one atomic step, so concurrent creations on any instances never go past them; a
   task's place (and the bytes it is charged) lapses with the task (:class:`OwnerPlaces`).
+* A commit may instead schedule the task's next run for later (``retry_at_ms``, a retry with backoff):
+  the run is kept in the store, due at that wall-clock instant, until ``promote_due`` queues it; a
+  worker that schedules a run and stops loses nothing, since any worker's promotion queues it.
 * Runs are delivered at least once: a run taken by a worker that stops heartbeating is handed to
   another worker by ``reclaim`` once it has been idle longer than the lease. ``Run.attempt`` counts the
   deliveries of the run (a reclaimed or given-back run comes back with the next number).
@@ -194,11 +197,18 @@ class Records(Protocol):
         ...
 
     async def commit(
-        self, before: TaskRecord, after: TaskRecord, *, enqueue: bool = False, finishing: Run | None = None
+        self,
+        before: TaskRecord,
+        after: TaskRecord,
+        *,
+        enqueue: bool = False,
+        finishing: Run | None = None,
+        retry_at_ms: int | None = None,
     ) -> bool:
         """Replace ``before`` by ``after`` if the stored version is still ``before.version``. ``enqueue``
-        queues a run; ``finishing`` acknowledges that run, in the same step. A task that finished (or
-        whose expiry moved) then settles its place, charged the finished record's size."""
+        queues a run; ``retry_at_ms`` schedules one, due then (:meth:`RunQueue.promote_due` queues it);
+        ``finishing`` acknowledges that run, in the same step. A task that finished (or whose expiry
+        moved) then settles its place, charged the finished record's size."""
         ...
 
 
@@ -234,6 +244,11 @@ class RunQueue(Protocol):
 
     async def queue_depth(self) -> int:
         """Runs queued or in flight (for the metrics)."""
+        ...
+
+    async def promote_due(self, now_ms: int, task_ids: Sequence[str] = ()) -> int:
+        """Queue the scheduled runs due by ``now_ms`` (each once, however many workers promote at once);
+        ``task_ids`` narrows the look to their partitions (empty: every partition). Returns how many."""
         ...
 
 

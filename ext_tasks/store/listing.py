@@ -38,6 +38,7 @@ ROW_FIELDS: Final = (
     "updated_at_ms",
     "ttl_ms",
     "attempts",
+    "retry_at_ms",
     "status_message",
     "error",
     TRACE_FIELD,
@@ -59,6 +60,8 @@ class TaskRow:
     status_message: str | None = None
     error: Mapping[str, Any] | None = None
     traceparent: str | None = None
+    #: When the task's last scheduled retry is due (a task waiting for it is not stuck until then).
+    retry_at_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +94,7 @@ def row_of(record: TaskRecord) -> TaskRow:
         status_message=record.status_message,
         error=record.error,
         traceparent=traceparent_of(record),
+        retry_at_ms=record.retry_at_ms,
     )
 
 

@@ -44,6 +44,8 @@ class MemoryTaskStore:
         #: Queued runs: the task, and how many deliveries of this run came before.
         self._queue: asyncio.Queue[tuple[str, int]] = asyncio.Queue()
         self._deliveries = 0
+        #: Scheduled runs (retries with backoff): the task -> when it is due (one run per task at most).
+        self._scheduled: dict[str, int] = {}
         self._watchers: dict[str, set[asyncio.Queue[WatchItem]]] = {}
         #: Runs taken and not yet acknowledged, by delivery: the task, its holder, when it last heartbeated.
         self._held: dict[str, tuple[str, str, int, int]] = {}
@@ -81,6 +83,7 @@ class MemoryTaskStore:
         # A run left unacknowledged (its run failed unexpectedly; nothing reclaims here) is forgotten with its task.
         self._held = {delivery: held for delivery, held in self._held.items() if held[0] in self._records}
         self._deadlines = {task_id: at for task_id, at in self._deadlines.items() if task_id in self._records}
+        self._scheduled = {task_id: due for task_id, due in self._scheduled.items() if task_id in self._records}
         self.places.sweep()
 
     def sizes(self) -> dict[str, int]:
@@ -143,7 +146,13 @@ class MemoryTaskStore:
         return Expired(tombstone[0])
 
     async def commit(
-        self, before: TaskRecord, after: TaskRecord, *, enqueue: bool = False, finishing: Run | None = None
+        self,
+        before: TaskRecord,
+        after: TaskRecord,
+        *,
+        enqueue: bool = False,
+        finishing: Run | None = None,
+        retry_at_ms: int | None = None,
     ) -> bool:
         current = await self.lookup(after.task_id)
         if not isinstance(current, TaskRecord) or current.version != before.version:
@@ -157,6 +166,8 @@ class MemoryTaskStore:
             await self.places.settle(place_of(after))  # never suspends
         if enqueue:
             self._queue.put_nowait((after.task_id, 0))
+        if retry_at_ms is not None:
+            self._scheduled[after.task_id] = retry_at_ms
         if finishing is not None:
             self._held.pop(finishing.delivery, None)
         for watcher in self._watchers.get(after.task_id, ()):
@@ -217,6 +228,13 @@ class MemoryTaskStore:
 
     async def queue_depth(self) -> int:
         return self._queue.qsize()
+
+    async def promote_due(self, now_ms: int, task_ids: Sequence[str] = ()) -> int:
+        due = [task_id for task_id, due_ms in self._scheduled.items() if due_ms <= now_ms]
+        for task_id in due:
+            del self._scheduled[task_id]
+            self._queue.put_nowait((task_id, 0))
+        return len(due)
 
     async def requeue(self, run: Run) -> None:
         self._held.pop(run.delivery, None)

@@ -69,7 +69,13 @@ class ContendedStore(MemoryTaskStore):
         self.lost = 0
 
     async def commit(
-        self, before: TaskRecord, after: TaskRecord, *, enqueue: bool = False, finishing: Run | None = None
+        self,
+        before: TaskRecord,
+        after: TaskRecord,
+        *,
+        enqueue: bool = False,
+        finishing: Run | None = None,
+        retry_at_ms: int | None = None,
     ) -> bool:
         current = await self.lookup(after.task_id)
         if self.losses > 0 and isinstance(current, TaskRecord):
@@ -78,7 +84,7 @@ class ContendedStore(MemoryTaskStore):
             message = f"{OTHER_WRITER} ({self.lost})"
             other = transition(current, TaskEvent.ANSWERED, current.updated_at_ms, status_message=message)
             assert await super().commit(current, other)
-        return await super().commit(before, after, enqueue=enqueue, finishing=finishing)
+        return await super().commit(before, after, enqueue=enqueue, finishing=finishing, retry_at_ms=retry_at_ms)
 
 
 Waiting = tuple[ContendedStore, httpx.AsyncClient, str]

@@ -43,6 +43,15 @@ def test_a_working_task_nobody_took_is_stuck_only_after_a_lease() -> None:
     assert reason is not None and "no worker has taken" in reason
 
 
+def test_a_task_waiting_for_its_retry_is_stuck_only_a_lease_after_the_retry_was_due() -> None:
+    # The retry was scheduled 30 s ago, due 60 s after that: nobody should have taken it yet.
+    waiting = row(TaskStatus.WORKING, 30_000, retry_at_ms=NOW + 30_000)
+    assert RULE.reason(waiting, None, NOW) is None
+    assert RULE.reason(waiting, None, NOW + 30_000 + 10_000) is None  # due a lease ago at most
+    reason = RULE.reason(waiting, None, NOW + 30_000 + 12_000)
+    assert reason is not None and "for 12 s" in reason
+
+
 def test_input_required_is_stuck_past_its_limit_and_finished_tasks_never() -> None:
     assert RULE.reason(row(TaskStatus.INPUT_REQUIRED, 59_000), None, NOW) is None
     assert "input_required" in (RULE.reason(row(TaskStatus.INPUT_REQUIRED, 61_000), None, NOW) or "")

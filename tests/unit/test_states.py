@@ -121,6 +121,7 @@ EXPECTED_ROWS: dict[tuple[TaskStatus | None, TaskEvent], tuple[TaskStatus, str |
     (_W, TaskEvent.RUN_STARTED): (_W, None),
     (_W, TaskEvent.STATUS_REPORTED): (_W, None),
     (_W, TaskEvent.RERUN_REQUESTED): (_W, "task.rerun"),
+    (_W, TaskEvent.RETRY_SCHEDULED): (_W, "task.retry_scheduled"),
     (_W, TaskEvent.INPUT_REQUESTED): (_I, "task.input_requested"),
     (_W, TaskEvent.SUCCEEDED): (_C, "task.completed"),
     (_W, TaskEvent.FAILED): (_F, "task.failed"),
@@ -168,8 +169,10 @@ def test_the_table_follows_the_spec_state_machine() -> None:
     assert (TaskStatus.WORKING, TaskEvent.INPUT_PROVIDED) not in TRANSITIONS
     assert (TaskStatus.INPUT_REQUIRED, TaskEvent.INPUT_REQUESTED) not in TRANSITIONS
     # Bookkeeping that leaves the status as it is: a run started, a status message, a state-only rerun, a
-    # partial answer, and the first delivery of an outcome.
-    for event in (TaskEvent.RUN_STARTED, TaskEvent.STATUS_REPORTED, TaskEvent.RERUN_REQUESTED):
+    # retry scheduled (the task is working while it waits), a partial answer, and the first delivery of
+    # an outcome.
+    events = (TaskEvent.RUN_STARTED, TaskEvent.STATUS_REPORTED, TaskEvent.RERUN_REQUESTED, TaskEvent.RETRY_SCHEDULED)
+    for event in events:
         assert TRANSITIONS[(TaskStatus.WORKING, event)] is TaskStatus.WORKING
     assert TRANSITIONS[(TaskStatus.INPUT_REQUIRED, TaskEvent.ANSWERED)] is TaskStatus.INPUT_REQUIRED
     for status in TERMINAL:
@@ -519,7 +522,7 @@ def test_the_metric_counts_entries_into_a_status_as_it_always_did() -> None:
         "task.cancelled": "cancelled",
     }
     staying = {row.log for row in TABLE if row.enters is None}
-    assert staying == {None, "task.rerun", "task.answered", "task.result_retrieved"}
+    assert staying == {None, "task.rerun", "task.retry_scheduled", "task.answered", "task.result_retrieved"}
 
 
 def _transitions(status: str) -> float:

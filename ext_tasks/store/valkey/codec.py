@@ -53,6 +53,10 @@ def _scalar_fields(record: TaskRecord) -> dict[str, str]:
         value = getattr(record, name)
         if value is not None:
             fields[name] = str(value)
+    if record.retries:
+        fields["retries"] = str(record.retries)
+    if record.retry_at_ms is not None:
+        fields["retry_at_ms"] = str(record.retry_at_ms)
     if record.grant is not None:  # JSON text already, kept as it is (only a starting run decodes it)
         fields["grant"] = record.grant
     return fields

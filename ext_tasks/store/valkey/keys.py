@@ -50,6 +50,13 @@ class KeySchema:
         if partition == LEGACY_PARTITION:
             return f"{self.prefix}:deadlines"
         return f"{self.prefix}:{{{partition}}}:deadlines"
+    def due(self, partition: str) -> str:
+        """The partition's scheduled runs (retries with backoff): task ids scored by when they are due,
+        in the slot of the partition's stream, so a commit schedules one and a promotion queues it in
+        one step."""
+        if partition == LEGACY_PARTITION:
+            return f"{self.prefix}:due"
+        return f"{self.prefix}:{{{partition}}}:due"
 
     @property
     def run_group(self) -> str:

@@ -173,4 +173,5 @@ def _row(values: list[str | None]) -> TaskRow | None:
         status_message=fields["status_message"],
         error=None if error is None else decode_json(error),
         traceparent=fields[ROW_FIELDS[-1]],
+        retry_at_ms=None if fields["retry_at_ms"] is None else int(fields["retry_at_ms"]),
     )

@@ -10,6 +10,9 @@
   from a worker that stopped comes back with the delivery count the stream kept; a run given back at
   shutdown is queued again carrying the attempts it already had (``after``). No write is needed to
   count an attempt.
+* **Scheduled runs** (retries with backoff) wait in each partition's sorted set of due runs, in the
+  stream's slot (``ZADD`` in the commit that schedules one); ``promote_due`` moves those due into the
+  stream, one script per partition, each run exactly once however many workers promote.
 * **Reclaim** runs partition by partition: runs idle longer than the lease move to this worker. The
   same pass trims each stream of the entries every reader has acknowledged, so acknowledging a run
   costs one command (``XACK``, inside the outcome's commit) and no ``XDEL``.
@@ -21,7 +24,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Final, TypeVar
 
 from valkey.exceptions import ResponseError
@@ -31,12 +34,14 @@ from ..connection.refusals import unavailable_on_connection_errors
 from ..connection.topology import Topology
 from ..ids import LEGACY_PARTITION, PARTITION_TAGS, partition_of
 from .keys import KeySchema
-from .queue_scripts import HEARTBEAT, RECLAIM, REQUEUE
+from .queue_scripts import HEARTBEAT, PROMOTE, RECLAIM, REQUEUE
 from .readers import READER_BLOCK_MS, PartitionReaders
 
 logger = logging.getLogger("ext_tasks.store")
 T = TypeVar("T")
 
+#: The most due runs one promotion queues per partition (the rest wait for the next one).
+_PROMOTE_COUNT: Final = 100
 #: How often one worker trims the streams it reclaims from (trimming is housekeeping, not correctness).
 _TRIM_EVERY_S: Final = 30.0
 
@@ -59,6 +64,8 @@ class ValkeyRunQueue:
         self._reclaim = RECLAIM.bind(self._client, topology)
         self._requeue = REQUEUE.bind(self._client, topology)
         self._heartbeat = HEARTBEAT.bind(self._client)
+        # Queueing a due run is what a commit's enqueue is: confirmed the same way.
+        self._promote = PROMOTE.bind(self._client, topology)
         self._readers: PartitionReaders | None = None
 
     @property
@@ -238,6 +245,29 @@ class ValkeyRunQueue:
                     "after": str(run.attempt if started else run.attempt - 1),
                 },
             )
+
+    async def promote_due(self, now_ms: int, task_ids: Sequence[str] = ()) -> int:
+        """One script per partition with something due (in its slot): the due runs removed and queued at
+        once. Without ``task_ids`` (a sweep), which partitions have something due is asked first, in one
+        pipelined round trip (per node): a sweep that finds nothing costs one ``ZCOUNT`` per partition."""
+        partitions = sorted({partition_of(task_id) for task_id in task_ids}) if task_ids else await self._due(now_ms)
+        args = {"now": str(now_ms), "count": str(_PROMOTE_COUNT)}
+
+        async def promote(partition: str) -> int:
+            keys = {"due": self.keys.due(partition), "runs": self.keys.runs(partition)}
+            return int(await self._promote(keys=keys, args=args))
+
+        with unavailable_on_connection_errors():
+            return sum(await asyncio.gather(*(promote(partition) for partition in partitions)))
+
+    async def _due(self, now_ms: int) -> list[str]:
+        """The partitions with a scheduled run due by ``now_ms``."""
+        with unavailable_on_connection_errors():
+            async with self._client.pipeline(transaction=False) as pipe:
+                for partition in self._partitions:
+                    pipe.zcount(self.keys.due(partition), "-inf", now_ms)
+                counts = await pipe.execute()
+        return [partition for partition, count in zip(self._partitions, counts, strict=True) if int(count)]
 
     async def queue_depth(self) -> int:
         """Runs waiting for a worker or in flight, over every partition: one pipelined round trip (per

@@ -1,6 +1,6 @@
 """The run queue's scripts, each on one partition's stream (one slot): reclaiming idle runs (and
-trimming what every reader acknowledged), keeping a worker's runs (and telling it which it lost), and
-giving a run back."""
+trimming what every reader acknowledged), keeping a worker's runs (and telling it which it lost),
+giving a run back, and queueing the scheduled runs that are due."""
 
 from __future__ import annotations
 
@@ -83,5 +83,20 @@ REQUEUE: Final = Script(
 redis.call('XADD', runs, '*', 'task', task_id, 'after', after)
 redis.call('XACK', runs, group, delivery)
 return 1
+""",
+)
+
+PROMOTE: Final = Script(
+    "queue the due runs",
+    keys=("due", "runs"),
+    args=("now", "count"),
+    body="""
+-- Each due run is removed and queued in one step: of workers promoting at once, one queues it.
+local due_now = redis.call('ZRANGE', due, '-inf', now, 'BYSCORE', 'LIMIT', 0, count)
+for _, task in ipairs(due_now) do
+  redis.call('XADD', runs, '*', 'task', task)
+end
+if #due_now > 0 then redis.call('ZREM', due, unpack(due_now)) end
+return #due_now
 """,
 )

@@ -13,7 +13,8 @@ Creating a task is at most two atomic steps, each in one slot:
    first run. When the idempotency key already names a task, the place taken is given back.
 
 A commit is a compare-and-set on ``version`` that writes only the changed fields, and in the same step
-may queue a run, acknowledge the run that produced it, and publish the record as the commit left it
+may queue a run (or schedule it for later, a retry: ``ZADD`` to the partition's due runs), acknowledge
+the run that produced it, and publish the record as the commit left it
 (its hash, as a JSON object of its fields) on the task's sharded channel: only if someone marked the
 task watched, so an unwatched task's commit publishes nothing and costs no encoding.
 
@@ -78,7 +79,7 @@ return 1
 
 COMMIT: Final = Script(
     "commit a change",
-    keys=("record", "runs", "channel", "tombstone", "deadlines"),
+    keys=("record", "runs", "channel", "due", "tombstone", "deadlines"),
     args=(
         "task_id",
         "expect_version",
@@ -87,6 +88,7 @@ COMMIT: Final = Script(
         "enqueue",
         "finishing",
         "group",
+        "retry_at",
         "owner",
         "tombstone_until",
         "deadline_at",
@@ -107,6 +109,7 @@ if tombstone_until ~= '' then redis.call('SET', tombstone, owner, 'PXAT', tombst
 if deadline_at ~= '' then redis.call('ZADD', deadlines, deadline_at, task_id) end
 if unindex == '1' then redis.call('ZREM', deadlines, task_id) end
 if enqueue == '1' then redis.call('XADD', runs, '*', 'task', task_id) end
+if retry_at ~= '' then redis.call('ZADD', due, retry_at, task_id) end
 if finishing ~= '' then redis.call('XACK', runs, group, finishing) end
 if seen[2] then
   local flat, fields = redis.call('HGETALL', record), {}
@@ -234,7 +237,13 @@ class ValkeyRecords:
         return {task_id: owner for task_id, owner in zip(task_ids, found, strict=True) if owner is not None}
 
     async def commit(
-        self, before: TaskRecord, after: TaskRecord, *, enqueue: bool = False, finishing: Run | None = None
+        self,
+        before: TaskRecord,
+        after: TaskRecord,
+        *,
+        enqueue: bool = False,
+        finishing: Run | None = None,
+        retry_at_ms: int | None = None,
     ) -> bool:
         changed, dropped = changes(before, after)
         expires = after.expires_at_ms
@@ -251,6 +260,7 @@ class ValkeyRecords:
                     "record": self.keys.task(task_id),
                     "runs": self.keys.runs(partition),
                     "channel": self.keys.task_channel(task_id),
+                    "due": self.keys.due(partition),
                     "tombstone": self.keys.tombstone(task_id),
                     "deadlines": self.keys.deadlines(partition),
                 },
@@ -262,6 +272,7 @@ class ValkeyRecords:
                     "enqueue": "1" if enqueue else "",
                     "finishing": "" if finishing is None else finishing.delivery,
                     "group": self.keys.run_group,
+                    "retry_at": "" if retry_at_ms is None else str(retry_at_ms),
                     "owner": after.owner,
                     "tombstone_until": str(expires + TOMBSTONE_MS) if later and expires is not None else "",
                     "deadline_at": str(waits) if waits is not None and waits != waited else "",

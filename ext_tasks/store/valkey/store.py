@@ -130,9 +130,15 @@ class ValkeyTaskStore:
         return await self.records.owners(task_ids)
 
     async def commit(
-        self, before: TaskRecord, after: TaskRecord, *, enqueue: bool = False, finishing: Run | None = None
+        self,
+        before: TaskRecord,
+        after: TaskRecord,
+        *,
+        enqueue: bool = False,
+        finishing: Run | None = None,
+        retry_at_ms: int | None = None,
     ) -> bool:
-        return await self.records.commit(before, after, enqueue=enqueue, finishing=finishing)
+        return await self.records.commit(before, after, enqueue=enqueue, finishing=finishing, retry_at_ms=retry_at_ms)
 
     async def overdue(self, now_ms: int, count: int) -> list[TaskRecord]:
         return await self.records.overdue(now_ms, count)
@@ -154,6 +160,9 @@ class ValkeyTaskStore:
 
     async def queue_depth(self) -> int:
         return await self.queue.queue_depth()
+
+    async def promote_due(self, now_ms: int, task_ids: Sequence[str] = ()) -> int:
+        return await self.queue.promote_due(now_ms, task_ids)
 
     def watch(self, task_id: str) -> AbstractAsyncContextManager[asyncio.Queue[WatchItem]]:
         return self.broadcast.watch(task_id)
