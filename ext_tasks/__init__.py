@@ -26,8 +26,9 @@ if TYPE_CHECKING:  # what the names are, for type checkers and readers; at run t
         TextContent,
     )
     from .results import PromptResult, ResourceResult, ToolResult
+    from .retention import Retention
     from .retry import Backoff, Retry
-    from .tools import Header, Retention, ToolRegistry
+    from .tools import Header, ToolRegistry
 
 #: Each public name and the module (relative to this package) it comes from.
 _HOMES: Final = {
@@ -51,7 +52,8 @@ _HOMES: Final = {
     ),
     **dict.fromkeys(("PromptResult", "ResourceResult", "ToolResult"), ".results"),
     **dict.fromkeys(("Backoff", "Retry"), ".retry"),
-    **dict.fromkeys(("Header", "Retention", "ToolRegistry"), ".tools"),
+    "Retention": ".retention",
+    **dict.fromkeys(("Header", "ToolRegistry"), ".tools"),
 }
 
 __all__ = [

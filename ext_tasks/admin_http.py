@@ -26,8 +26,10 @@ from litestar.connection import ASGIConnection
 from litestar.exceptions import HTTPException, NotAuthorizedException
 from litestar.handlers import BaseRouteHandler
 
-from .operator import Operator, StillChanging, TaskFilter
-from .store.base import TaskStoreUnavailable
+from .compose import SharedValkey, build_store
+from .config import Settings
+from .operator import Operator, StillChanging, StuckRule, TaskFilter
+from .store.base import TaskStore, TaskStoreUnavailable
 
 logger = logging.getLogger("ext_tasks.admin")
 
@@ -139,3 +141,24 @@ def _unavailable(request: Request[Any, Any, Any], exc: Exception) -> Response[di
         logger.warning("admin request failed: the task store is unavailable (%s)", type(exc).__name__)
     text = str(exc) if busy else "the task store is unavailable"
     return Response({"error": text}, status_code=503, media_type=JSON, headers={"Retry-After": "1"})
+
+
+def admin_app(settings: Settings, store: TaskStore, on_shutdown: Sequence[Callable[[], Awaitable[None]]] = ()) -> Any:
+    """The admin listener's app (``EXT_TASKS_ADMIN_PORT``): the operator's view of ``store``."""
+    admin = settings.admin
+    rule = StuckRule(lease_ms=int(settings.worker.lease_s * 1000), input_limit_ms=int(admin.admin_stuck_input_s * 1e3))
+    tokens = AdminTokens([token.get_secret_value() for token in admin.admin_tokens])
+    return create_admin_app(Operator(rule=rule, store=store), tokens, on_shutdown=on_shutdown)
+
+
+def standalone_admin_app(settings: Settings) -> Any:
+    """The admin app on a store of its own: where several processes serve ``/mcp`` (``--workers``, granian),
+    the parent serves it once, over the Valkey they share."""
+    shared = SharedValkey(settings)
+    store = build_store(settings, shared)
+
+    async def close() -> None:
+        await store.close()
+        await shared.close()
+
+    return admin_app(settings, store, on_shutdown=[close])

@@ -187,7 +187,8 @@ def _serve(settings: Settings) -> int:
         config.workers = settings.workers
         config.application_path = "ext_tasks.cli:app_from_env()"
         return int(run(config) or 0)
-    from .compose import admin_app, serve_app
+    from .admin_http import admin_app
+    from .compose import serve_app
 
     runtime, app = serve_app(settings)
     # The admin listener beside /mcp, in this process: it reads the same store (the in-memory one too).
@@ -213,7 +214,7 @@ def _admin_beside(settings: Settings) -> None:
 
     from hypercorn.asyncio import serve
 
-    from .compose import standalone_admin_app
+    from .admin_http import standalone_admin_app
 
     app, config = standalone_admin_app(settings), admin_config(settings)
 

@@ -13,7 +13,7 @@ import asyncio
 import importlib
 import logging
 import secrets
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from migration.proxy import ForwardingHandler
@@ -23,6 +23,7 @@ from migration.sessions import MemorySessionStore, SessionStore
 from migration.shim import LegacyShim, ShimOptions
 from migration.upstream import EngineUpstream, HttpUpstream, ModernUpstream
 
+from . import tracing_setup
 from .auth import AnonymousAuthenticator, Authenticator, BearerTokenAuthenticator
 from .auth.oauth import OAuthAuthenticator
 from .config import ConfigError, Settings
@@ -62,6 +63,19 @@ def load_registry(module_name: str) -> ToolRegistry:
     if len(registries) != 1:
         raise ConfigError(f"module {module_name!r} must define `registry = ToolRegistry(...)`")
     return registries[0]
+
+
+def start_tracing(service_name: str) -> bool:
+    """Tracing on for this process if the ``OTEL_*`` variables ask for it (``ext_tasks.tracing``)."""
+    try:
+        return tracing_setup.configure(service_name)
+    except tracing_setup.TracingUnavailable as exc:
+        raise ConfigError(str(exc)) from None
+
+
+async def stop_tracing() -> None:
+    """Export the spans still batched (a process stopping; a SIGKILLed one loses them)."""
+    await asyncio.to_thread(tracing_setup.shutdown)
 
 
 def build_codec(settings: Settings, audience: str) -> ResumeCodec:
@@ -228,6 +242,7 @@ class Runtime:
 
     def __init__(self, registry: ToolRegistry, settings: Settings, *, serve_requests: bool = True) -> None:
         self.settings = settings
+        self._traced = start_tracing("ext-tasks")
         self._valkey = SharedValkey(settings) if settings.valkey_url is not None else None
         if self._valkey is None:
             STORE_ACCEPTS_WRITES.set(1)  # the in-memory store always does; a Valkey's is read (StoreHealth)
@@ -319,6 +334,8 @@ class Runtime:
         await self.store.close()
         if self._valkey is not None:
             await self._valkey.close()
+        if self._traced:
+            await stop_tracing()
 
 
 def serve_app(settings: Settings) -> tuple[Runtime, App]:
@@ -342,35 +359,12 @@ def serve_app(settings: Settings) -> tuple[Runtime, App]:
     return runtime, app
 
 
-def admin_app(settings: Settings, store: TaskStore, on_shutdown: Sequence[Callable[[], Awaitable[None]]] = ()) -> Any:
-    """The admin listener's app (``EXT_TASKS_ADMIN_PORT``): the operator's view of ``store``."""
-    from .admin_http import AdminTokens, create_admin_app
-    from .operator import Operator, StuckRule
-
-    admin = settings.admin
-    rule = StuckRule(lease_ms=int(settings.worker.lease_s * 1000), input_limit_ms=int(admin.admin_stuck_input_s * 1e3))
-    tokens = AdminTokens([token.get_secret_value() for token in admin.admin_tokens])
-    return create_admin_app(Operator(rule=rule, store=store), tokens, on_shutdown=on_shutdown)
-
-
-def standalone_admin_app(settings: Settings) -> Any:
-    """The admin app on a store of its own: where several processes serve ``/mcp`` (``--workers``, granian),
-    the parent serves it once, over the Valkey they share."""
-    shared = SharedValkey(settings)
-    store = build_store(settings, shared)
-
-    async def close() -> None:
-        await store.close()
-        await shared.close()
-
-    return admin_app(settings, store, on_shutdown=[close])
-
-
 def proxy_app(settings: Settings, upstream_url: str, version: str) -> App:
     """The app of ``ext-tasks proxy``: legacy clients served by the shim over a remote 2026-07-28 server,
     modern requests passed through unchanged."""
     from .http import create_app
 
+    traced = start_tracing("ext-tasks-proxy")
     upstream = HttpUpstream(upstream_url, reading=Reading(settings.proxy))
     shared = SharedValkey(settings) if settings.valkey_url is not None else None
     sessions = build_sessions(settings, shared)
@@ -382,6 +376,8 @@ def proxy_app(settings: Settings, upstream_url: str, version: str) -> App:
         if shared is not None:
             await shared.close()
         await upstream.close()
+        if traced:
+            await stop_tracing()
 
     router = EraRouter(ForwardingHandler(upstream), shim)
     authenticator = build_authenticator(settings)

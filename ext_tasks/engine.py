@@ -22,6 +22,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Final
 
+from . import tracing
 from .auth import Caller, Principal
 from .context import Emit
 from .failures import Guard
@@ -40,7 +41,7 @@ from .protocol.jsonrpc import Notification, Request, RequestId, Response, notifi
 from .protocol.requests import PARSERS, Call, ToolCall, loose_target, parse_tool_call
 from .protocol.result_types import TypedResult
 from .protocol.resume import ResumeCodec
-from .protocol.versions import META_SERVER_INFO
+from .protocol.versions import META_PROTOCOL_VERSION, META_SERVER_INFO, MODERN_2026_07_28
 from .replies import NOT_ALLOWED, JsonReply, Message, Reply, StreamItem, StreamReply
 from .task_methods import TaskMethods
 from .tools import ChangeKind, ToolRegistry
@@ -141,7 +142,7 @@ class Engine:
             error = InvalidRequest("Invalid Request: this server sends no requests, so it accepts no responses")
             return JsonReply.error(message.id, error)
         checked: EnvelopeOf = lambda target, params: self._checked(message, headers, target, params)  # noqa: E731
-        return await self._observed(message, checked, principal, own_wait=True)
+        return await self._observed(message, checked, principal, own_wait=True, headers=headers)
 
     async def call(self, request: Request, envelope: Envelope, principal: Principal) -> Reply:
         """A request the legacy shim builds in process: its envelope is given, so no headers are checked
@@ -149,13 +150,45 @@ class Engine:
         tasks opens a listen here), so this one is not counted again."""
         return await self._observed(request, lambda target, params: envelope, principal, own_wait=False)
 
-    async def _observed(self, request: Request, envelope: EnvelopeOf, principal: Principal, own_wait: bool) -> Reply:
+    async def _observed(
+        self,
+        request: Request,
+        envelope: EnvelopeOf,
+        principal: Principal,
+        own_wait: bool,
+        headers: Headers | None = None,
+    ) -> Reply:
         started = time.perf_counter()
-        reply = await self._dispatch(request, envelope, principal, own_wait)
+        tracer = tracing.tracer
+        if tracer is None:
+            reply = await self._dispatch(request, envelope, principal, own_wait)
+        else:
+            span = tracing.request_span(
+                tracer,
+                request.method,
+                request.params,
+                request.id,
+                headers,
+                protocol_version=_version_of(request) if headers is not None else MODERN_2026_07_28,
+                target=self._target(request),
+            )
+            reply = await tracing.traced_reply(span, self._dispatch(request, envelope, principal, own_wait))
         code = reply.error_code if isinstance(reply, JsonReply) else None
         outcome = "ok" if code is None else str(code)
         observe_request(method_label(request.method), outcome, time.perf_counter() - started)
         return reply
+
+    def _target(self, request: Request) -> str | None:
+        """The span name's target: the called tool or the prompt, if this server has it (a name a client
+        makes up would make span names unbounded)."""
+        name = request.params.get("name")
+        if not isinstance(name, str):
+            return None
+        if request.method == "tools/call":
+            return name if self.registry.find_tool(name) is not None else None
+        if request.method == "prompts/get":
+            return name if name in self.registry.prompts else None
+        return None
 
     def _checked(
         self, request: Request, headers: Headers, target: Target | None, header_params: Mapping[str, str] | None
@@ -261,6 +294,13 @@ async def _drain(first: Message, outbox: Outbox, work: asyncio.Task[JsonReply]) 
     finally:
         # Closing the stream is how an HTTP client cancels (2026-07-28 transport): stop the work.
         work.cancel()
+
+
+def _version_of(request: Request) -> str | None:
+    """The protocol version a request's ``_meta`` names, for its span (a short string, else none)."""
+    meta = request.params.get("_meta")
+    version = meta.get(META_PROTOCOL_VERSION) if isinstance(meta, dict) else None
+    return version if isinstance(version, str) and len(version) <= 32 else None
 
 
 async def _drop(method: str, params: dict[str, Any]) -> None:

@@ -18,7 +18,6 @@ arguments, answers and result are never shown.
 from __future__ import annotations
 
 import logging
-import re
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ from .protocol.states import TERMINAL, TaskEvent, TaskStatus
 from .protocol.tasks import TaskRecord, cancelled
 from .store.base import Expired, TaskStore
 from .store.listing import Lease, TaskRow, row_of
+from .tracing import trace_id_of
 
 logger = logging.getLogger("ext_tasks.operator")
 
@@ -39,18 +39,11 @@ logger = logging.getLogger("ext_tasks.operator")
 MAX_LISTED: Final = 1000
 #: How often a cancel retries a compare-and-set that a worker's commit keeps winning.
 _CANCEL_TRIES: Final = 20
-_TRACEPARENT: Final = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$")
 OPERATOR_CANCEL_MESSAGE: Final = "The task was cancelled by an operator."
 
 
 class StillChanging(Exception):
     """A cancel lost every compare-and-set to the task's own commits; nothing changed, retry."""
-
-
-def trace_id(traceparent: str | None) -> str | None:
-    """The trace id of a W3C ``traceparent`` (``00-<trace id>-<span id>-<flags>``), else ``None``."""
-    matched = _TRACEPARENT.match(traceparent or "")
-    return matched.group(1) if matched else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,5 +263,5 @@ def _row_json(row: TaskRow, lease: Lease | None, stuck: str | None, now: int) ->
             "lastHeartbeat": now - lease.idle_ms,
         },
         "stuck": stuck,
-        "traceId": trace_id(row.traceparent),
+        "traceId": trace_id_of(row.traceparent),
     }

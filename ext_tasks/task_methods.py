@@ -26,6 +26,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Final, Protocol
 
+from . import tracing, tracing_tasks
 from .auth import Principal, grant_of
 from .clock import now_ms
 from .context import Emit
@@ -167,6 +168,7 @@ class TaskMethods:
         check_size("capability", capabilities, MAX_CAPABILITY_BYTES, "")
         check_size("answer", answers or {}, options.max_answer_bytes, "EXT_TASKS_MAX_ANSWER_BYTES")
         now = self._clock_ms()
+        traced = tracing.tracer is not None
         ttl_ms = self.ttl_for(tool, envelope.ttl_hint_ms)
         claim = None
         if envelope.idempotency_key is not None:
@@ -196,6 +198,8 @@ class TaskMethods:
             answers=dict(answers or {}),
             state=state,
             grant=grant_of(principal),
+            # The creating request's span, which the task's runs continue (tracing on only).
+            trace_context=tracing.current_traceparent() if traced else None,
         )
         limit = self._limit(now)
         try:
@@ -205,6 +209,8 @@ class TaskMethods:
         if existing is not None:
             assert claim is not None
             return await self._resent(existing, claim, principal)
+        if traced:
+            tracing_tasks.name_task(record.task_id)
         task_event(None, TaskEvent.CREATED, record, ttl_ms=ttl_ms)
         return create_task_result(record, now)
 
@@ -223,9 +229,12 @@ class TaskMethods:
             raise InvalidParams("Failed to retrieve task: Task has expired")
         return create_task_result(found, self._clock_ms())
 
-    async def _find(self, task_id: str, principal: Principal) -> TaskRecord:
+    async def _find(self, task_id: str, principal: Principal, *, again: bool = False) -> TaskRecord:
+        """The caller's task (``again``: read again after a lost race, already linked to)."""
         found = await self.store.lookup(task_id)
         if isinstance(found, TaskRecord) and found.owner == principal.id:
+            if not again and tracing.tracer is not None:  # tasks/get|update|cancel link to the task's trace
+                tracing_tasks.add_task_link(found.trace_context, found.task_id)
             return await self._ended_if_overdue(found)
         if isinstance(found, Expired) and found.owner == principal.id:
             tag = principal_tag(principal.id)
@@ -283,7 +292,7 @@ class TaskMethods:
                 task_event(record.status, TaskEvent.DELIVERED, shrunk, ttl_ms=shrunk.ttl_ms)
                 record = shrunk
             else:
-                record = await self._find(call.params.task_id, principal)
+                record = await self._find(call.params.task_id, principal, again=True)
         return get_task_result(record, now)
 
     async def update(self, call: Call[TaskUpdate], principal: Principal, emit: Emit) -> Complete:
@@ -343,4 +352,4 @@ class TaskMethods:
                 raise Busy(f"Failed to {verb} task: it kept changing concurrently; retry")
             await asyncio.sleep(random.uniform(0, pause_s))  # noqa: S311 - jitter, not secrecy
             pause_s = min(pause_s * 2, 0.05)
-            record = await self._find(record.task_id, principal)
+            record = await self._find(record.task_id, principal, again=True)

@@ -30,6 +30,7 @@ from pydantic import Field
 
 from .auth import check_scopes
 from .context import Context
+from .retention import Retention
 from .retry import Retry
 from .signatures import Signature
 
@@ -52,22 +53,6 @@ def scope_tokens(scopes: Sequence[str]) -> tuple[str, ...]:
 def Header(name: str, description: str | None = None) -> Any:  # noqa: N802 - reads like an annotation
     """Mark a parameter as mirrored in the ``Mcp-Param-{name}`` header: ``Annotated[str, Header("Region")]``."""
     return Field(description=description, json_schema_extra={"x-mcp-header": name})
-
-
-@dataclass(frozen=True)
-class Retention:
-    """How long a tool's finished tasks are kept after their end, by outcome, in milliseconds (``None``:
-    the server's ``EXT_TASKS_RETAIN_*_MS``). Never less than the task's lifetime grant nor more than
-    ``EXT_TASKS_TASK_MAX_TTL_MS``: ``@registry.tool(retention=Retention(failed_ms=7 * 86_400_000))``."""
-
-    completed_ms: int | None = None
-    failed_ms: int | None = None
-    cancelled_ms: int | None = None
-
-    def __post_init__(self) -> None:
-        for label, value in vars(self).items():
-            if value is not None and (not isinstance(value, int) or value <= 0):
-                raise ValueError(f"Retention.{label} must be a positive integer number of milliseconds")
 
 
 @dataclass

@@ -36,10 +36,12 @@ import os
 import socket
 import time
 from collections.abc import Awaitable, Callable
-from typing import Final, Protocol
+from functools import partial
+from typing import TYPE_CHECKING, Final, Protocol
 
 import msgspec
 
+from . import tracing_tasks
 from .auth import principal_from_grant
 from .cancel_watch import stop_when_cancelled
 from .clock import now_ms
@@ -50,7 +52,6 @@ from .lifetimes import Lifetimes, OverdueSweep, RunTimedOut
 from .metrics import LEASE_RECLAIMS, QUEUE_DEPTH
 from .options import TaskOptions, WorkerOptions
 from .outage import OUTAGE_S, commit_through_outage, through_outage
-from .protocol.envelope import Envelope
 from .protocol.errors import InternalError, MissingClientCapability, ProtocolError
 from .protocol.states import TaskEvent, TaskStatus
 from .protocol.tasks import (
@@ -62,10 +63,13 @@ from .protocol.tasks import (
     result_too_large,
     status_reported,
 )
-from .protocol.versions import MODERN_2026_07_28
+from .runs import RunInProgress, run_envelope
 from .scheduled import DueRuns, retry_outcome
 from .store.base import Broadcast, InputDeadlines, Records, Run, RunQueue, TaskStoreUnavailable
 from .tools import ToolRegistry
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
 
 logger = logging.getLogger("ext_tasks.worker")
 
@@ -74,21 +78,6 @@ _encoder: Final = msgspec.json.Encoder()
 _DEPTH_EVERY_S: Final = 15.0
 #: What a run ended with: the table's event, and the record after it.
 _Outcome = tuple[TaskEvent, TaskRecord]
-
-
-def run_envelope(record: TaskRecord) -> Envelope:
-    """The envelope a task's run sees, built from what its record stored of the creating request's: the
-    client's capabilities (which questions the tool may ask) and its era (tasks exist only in
-    2026-07-28; the shim's legacy tasks are created through the engine too). What belonged to that
-    request alone is not there: a run has no stream to log or report progress on, and no client info or
-    idempotency key to act on."""
-    return Envelope(
-        protocol_version=MODERN_2026_07_28,
-        client_capabilities=record.client_capabilities,
-        client_info=None,
-        log_level=None,
-        progress_token=None,
-    )
 
 
 class WorkerStore(RunQueue, Records, Broadcast, InputDeadlines, Protocol):
@@ -180,10 +169,12 @@ class Worker:
                 await asyncio.wait([task for _, task in self._running.values()], return_when=asyncio.FIRST_COMPLETED)
                 continue
             runs: list[Run] = []
+            reclaimed = 0
             try:
                 if time.monotonic() >= next_reclaim:
                     next_reclaim = time.monotonic() + self.options.lease_s / 2
                     runs = await self.store.reclaim(self.consumer, lease_ms, free)
+                    reclaimed = len(runs)
                     if runs:
                         LEASE_RECLAIMS.inc(len(runs))
                         logger.warning("reclaimed %d run(s) whose worker stopped", len(runs))
@@ -197,16 +188,16 @@ class Worker:
             except TaskStoreUnavailable as exc:
                 logger.warning("task store unavailable (%s); retrying in 1s", exc.detail)
                 await asyncio.sleep(1.0)
-            for run in runs:
-                self._spawn(run)
+            for index, run in enumerate(runs):
+                self._spawn(run, reclaimed=index < reclaimed)
 
-    def _spawn(self, run: Run) -> None:
+    def _spawn(self, run: Run, *, reclaimed: bool = False) -> None:
         key = (run.task_id, run.delivery)
         if key in self._running:
             # Our own run, handed back to us by a reclaim while it still runs here (a heartbeat was
             # late): the running execution goes on and acknowledges it; a second one would only race it.
             return
-        task = asyncio.create_task(self._execute_and_ack(run), name=f"ext-tasks-run-{run.task_id}")
+        task = asyncio.create_task(self._execute_and_ack(run, reclaimed), name=f"ext-tasks-run-{run.task_id}")
         watching = stop_when_cancelled(self.store, run.task_id, task)
         watcher = asyncio.create_task(watching, name=f"ext-tasks-watch-{run.task_id}")
         self._running[key] = (run, task)
@@ -246,8 +237,8 @@ class Worker:
 
     # --- one run ----------------------------------------------------------------------------------
 
-    async def _execute_and_ack(self, run: Run) -> None:
-        holder = _Current(run)
+    async def _execute_and_ack(self, run: Run, reclaimed: bool = False) -> None:
+        holder = RunInProgress(run, reclaimed)
         try:
             await self._execute(holder)
             if holder.acknowledged:
@@ -271,19 +262,26 @@ class Worker:
     async def execute(self, task_id: str, *, attempt: int = 1) -> TaskRecord | None:
         """Run one task to its next resting point, as its ``attempt``-th delivery; returns the committed
         record (``None`` if skipped)."""
-        return await self._execute(_Current(Run(task_id=task_id, delivery="", attempt=attempt)))
+        return await self._execute(RunInProgress(Run(task_id=task_id, delivery="", attempt=attempt)))
 
-    async def _execute(self, holder: _Current) -> TaskRecord | None:
+    async def _execute(self, holder: RunInProgress) -> TaskRecord | None:
         run = holder.run
         record = await through_outage(lambda: self.store.lookup(run.task_id))
         if not isinstance(record, TaskRecord) or record.status is not TaskStatus.WORKING:
             return None
         holder.stored = record
+        attempt = partial(self._attempt, holder, record)
+        return await tracing_tasks.traced_run(record, run.attempt, holder.reclaimed, attempt)
+
+    async def _attempt(self, holder: RunInProgress, record: TaskRecord, span: Span | None = None) -> TaskRecord | None:
+        """The run's attempt on ``record`` (read, working): the tool's outcome committed."""
+        run = holder.run
         # Queued (or lost) past its life's bound, or its runs interrupted too often: it ends unrun.
-        if (outcome := self.lifetimes.before_run(record, interrupted := run.attempt - 1, self.options.max_attempts)):
+        if outcome := self.lifetimes.before_run(record, interrupted := run.attempt - 1, self.options.max_attempts):
             if not await self._commit(holder, outcome):
                 return None
             task_event(record.status, TaskEvent.FAILED, outcome, attempts=interrupted)
+            tracing_tasks.run_outcome(span, TaskEvent.FAILED, run.attempt, outcome.error)
             return outcome
         task_event(record.status, TaskEvent.RUN_STARTED, holder.working, attempt=run.attempt)
         event, outcome = await self._outcome(holder)
@@ -295,11 +293,13 @@ class Worker:
             if holder.retry_at_ms is not None:
                 self._due.add(run.task_id, holder.retry_at_ms)
             task_event(status, event, outcome, attempt=run.attempt)
+            tracing_tasks.run_outcome(span, event, run.attempt, outcome.error)
             return outcome
+        tracing_tasks.run_outcome(span, None, run.attempt)  # the task changed meanwhile (cancelled): dropped
         return None
 
     async def _commit(
-        self, holder: _Current, outcome: TaskRecord, *, enqueue: bool = False, retry_at_ms: int | None = None
+        self, holder: RunInProgress, outcome: TaskRecord, *, enqueue: bool = False, retry_at_ms: int | None = None
     ) -> bool:
         """Commit the run's outcome and acknowledge the run in the same step, however long the store
         refuses it (the run stays ours meanwhile: it is heartbeated while it runs)."""
@@ -317,7 +317,7 @@ class Worker:
         holder.acknowledged = committed and finishing is not None
         return committed
 
-    async def _outcome(self, holder: _Current) -> _Outcome:
+    async def _outcome(self, holder: RunInProgress) -> _Outcome:
         record = holder.working
         tool = self.registry.find_tool(record.tool)
         if tool is None:
@@ -378,23 +378,3 @@ class Worker:
             return TaskEvent.FAILED, failed(holder.working, error, self._clock_ms())
         # The record keeps the result as the JSON object it is sent as (``resultType``, its tag, included).
         return TaskEvent.SUCCEEDED, completed(holder.working, msgspec.to_builtins(result), self._clock_ms())
-
-
-class _Current:
-    """One run in progress: the record as last committed (status messages bump it), and whether the
-    run was acknowledged with its outcome."""
-
-    def __init__(self, run: Run) -> None:
-        self.run = run
-        self.stored: TaskRecord | None = None
-        self.acknowledged = False
-        #: When the next attempt is due, if this one ended by scheduling a retry.
-        self.retry_at_ms: int | None = None
-
-    @property
-    def working(self) -> TaskRecord:
-        """The stored record with this run's attempt counted (committed with the next change)."""
-        assert self.stored is not None
-        if self.stored.attempts == self.run.attempt:
-            return self.stored
-        return msgspec.structs.replace(self.stored, attempts=self.run.attempt)

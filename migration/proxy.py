@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Final
+from typing import Any, Final
 
-from ext_tasks import sse
+import msgspec
+
+from ext_tasks import sse, tracing
 from ext_tasks.auth import Principal
 from ext_tasks.failures import Guard
 from ext_tasks.protocol.jsonrpc import Message, encode, id_of, to_wire
@@ -40,12 +42,41 @@ class ForwardingHandler:
         return await self.handle(encode(to_wire(message)), headers, principal)
 
     async def handle(self, body: bytes, headers: Mapping[str, Sequence[str]], principal: Principal) -> Reply:
+        tracer = tracing.tracer
+        if tracer is not None:
+            request = _request_of(body)
+            if request is not None:
+                params = request["params"]
+                version = (headers.get("mcp-protocol-version") or [""])[0].strip()[:32] or None
+                method = str(request["method"])
+                target = tracing.plain_target(method, params)
+                span = tracing.request_span(
+                    tracer, method, params, request.get("id"), headers, protocol_version=version, target=target
+                )
+                return await tracing.traced_reply(span, self._relay_traced(request, headers))
+        return await self._relay(body, headers)
+
+    async def _relay_traced(self, request: dict[str, Any], headers: Mapping[str, Sequence[str]]) -> Reply:
+        """The request relayed as the child of this proxy's span: its ``_meta`` and the W3C headers name
+        the span (the client's own context is the span's parent)."""
+        meta = request["params"].setdefault("_meta", {})
+        if isinstance(meta, dict):
+            tracing.inject(meta)
+        context: dict[str, str] = {}
+        tracing.inject(context)
+        return await self._relay(_encoder.encode(request), headers, context)
+
+    async def _relay(
+        self, body: bytes, headers: Mapping[str, Sequence[str]], context: Mapping[str, str] | None = None
+    ) -> Reply:
         forwarded = {
             name: values[0]
             for name, values in headers.items()
             if values and (name in _FORWARDED or name.startswith("mcp-param-"))
         }
         forwarded |= {"content-type": "application/json", "accept": "application/json, text/event-stream"}
+        if context:
+            forwarded |= context
         # The header names the method without decoding the body (the upstream checks that they agree);
         # it only chooses how long the upstream may stay silent.
         method = forwarded.get("mcp-method", "")
@@ -72,6 +103,22 @@ class ForwardingHandler:
 
     def close(self) -> None:
         return None
+
+
+_encoder: Final = msgspec.json.Encoder()
+
+
+def _request_of(body: bytes) -> dict[str, Any] | None:
+    """The body as a JSON-RPC request object with object params (else ``None``: relayed as it is, the
+    upstream answers what is wrong with it)."""
+    try:
+        decoded = msgspec.json.decode(body)
+    except msgspec.DecodeError:
+        return None
+    if not isinstance(decoded, dict) or not isinstance(decoded.get("method"), str):
+        return None
+    params = decoded.setdefault("params", {})
+    return decoded if isinstance(params, dict) else None
 
 
 #: Response headers the client needs from the upstream: when to come back, and how to authorize (the

@@ -20,8 +20,9 @@ import json
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
+from ext_tasks import tracing
 from ext_tasks.auth import Caller
 from ext_tasks.failures import Guard, StatusRule
 from ext_tasks.options import EngineOptions, LegacyOptions, TaskOptions, WorkerOptions
@@ -63,6 +64,9 @@ from .translate import (
     result_of,
 )
 from .upstream import ModernCall, ModernUpstream
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Tracer
 
 logger = logging.getLogger("ext_tasks.migration")
 #: The shim's failures as replies: a session's failure (or one before any session) with its own HTTP
@@ -151,6 +155,14 @@ class LegacyShim:
         self, message: Request | Notification | Response, headers: Mapping[str, Sequence[str]], caller: Caller
     ) -> Reply:
         """A message already decoded (the era router decodes a body once to tell the eras apart)."""
+        tracer = tracing.tracer
+        if tracer is not None and isinstance(message, Request):
+            return await tracing.traced_reply(_span(tracer, message, headers), self._guarded(message, headers, caller))
+        return await self._guarded(message, headers, caller)
+
+    async def _guarded(
+        self, message: Request | Notification | Response, headers: Mapping[str, Sequence[str]], caller: Caller
+    ) -> Reply:
         request_id = message.id if isinstance(message, Request | Response) else None
         failure = _FAILURES.catching(request_id, message.method if isinstance(message, Request) else "message")
         with failure:
@@ -314,6 +326,20 @@ class LegacyShim:
         if final is None:
             raise InternalError("Internal error: the upstream server sent no response")
         return final
+
+
+def _span(tracer: Tracer, request: Request, headers: Mapping[str, Sequence[str]]) -> tracing.Started:
+    """The span of a legacy request: its session's id, and the version its header names (the session's)."""
+    session = (headers.get("mcp-session-id") or [""])[0].strip()[:128] or None
+    version = (headers.get("mcp-protocol-version") or [""])[0].strip()[:32] or None
+    if request.method == "initialize":
+        asked = request.params.get("protocolVersion")
+        version = asked[:32] if isinstance(asked, str) else version
+    target = tracing.plain_target(request.method, request.params)
+    return tracing.request_span(
+        tracer, request.method, request.params, request.id, headers,
+        protocol_version=version, target=target, session_id=session,
+    )  # fmt: skip
 
 
 async def _reply(request: Request, messages: AsyncIterator[Message]) -> Reply:

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ext_tasks import sse
+from ext_tasks import sse, tracing
 from ext_tasks.auth import Caller
 from ext_tasks.engine import Engine
 from ext_tasks.protocol.envelope import META_STATUS_ONLY, META_TTL_HINT, Envelope
@@ -151,7 +151,11 @@ class HttpUpstream:
         }
         if caller.authorization is not None:
             headers["Authorization"] = caller.authorization
-        response = await self.reading.open(call.method, self.url, headers, encode(call.body()))
+        body = call.body()
+        if tracing.tracer is not None:  # the legacy request's span is the upstream request's parent
+            tracing.inject(body["params"]["_meta"])
+            tracing.inject(headers)
+        response = await self.reading.open(call.method, self.url, headers, encode(body))
         if sse.is_event_stream(response):
             async with contextlib.aclosing(self.reading.messages(call.method, response)) as messages:
                 async for message in messages:

@@ -27,7 +27,7 @@ from typing import Any, Final
 
 import httpx
 
-from .. import answers
+from .. import answers, tracing
 from ..protocol.envelope import META_IDEMPOTENCY_KEY
 from ..protocol.outbound import InvalidHeaderAnnotation, header_params_of, mirror_headers
 from ..protocol.versions import META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_PROTOCOL_VERSION, MODERN_VERSIONS
@@ -121,6 +121,8 @@ class Client:
         }
         if idempotency_key is not None:
             meta[META_IDEMPOTENCY_KEY] = idempotency_key
+        # SEP-414: the current trace context (this client's span, or the application's), if any.
+        tracing.inject(meta)
         return meta
 
     async def request(
@@ -131,7 +133,24 @@ class Client:
         idempotency_key: str | None = None,
         header_params: Mapping[str, str] | None = None,
     ) -> dict[str, Any]:
-        """One request (``_meta`` and headers added, resent while its answer is lost): its ``result``."""
+        """One request (``_meta`` and headers added, resent while its answer is lost): its ``result``.
+        With tracing configured in this process (``ext_tasks.tracing``), a ``CLIENT`` span."""
+        tracer = tracing.active()
+        if tracer is None:
+            return await self._request(method, params, idempotency_key, header_params)
+        started = tracing.client_span(tracer, method, params or {})
+        try:
+            return await tracing.within(started.span, self._request(method, params, idempotency_key, header_params))
+        finally:
+            started.span.end()
+
+    async def _request(
+        self,
+        method: str,
+        params: Mapping[str, Any] | None,
+        idempotency_key: str | None,
+        header_params: Mapping[str, str] | None,
+    ) -> dict[str, Any]:
         body = dict(params or {})
         for last_try in (False, True):
             body["_meta"] = self._meta(idempotency_key)

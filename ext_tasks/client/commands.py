@@ -30,6 +30,7 @@ import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final, TextIO
 
+from .. import tracing, tracing_setup
 from . import sign_in
 from .client import Client
 from .console import Console
@@ -135,10 +136,26 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextI
                 raise UsageError(f"task {args.action} needs a TASK_ID")
             if args.url is None:
                 args.url = server_of(args.task_id, console)
-        return asyncio.run(_run(args, console, out))
-    except (UsageError, NotRecorded, sign_in.LoginUsageError) as exc:
+        # OTEL_* variables may turn tracing on: then the command is one trace, its requests CLIENT spans
+        # whose context travels in their _meta (SEP-414).
+        traced = tracing_setup.configure("ext-tasks-client")
+        try:
+            return asyncio.run(tracing.root_span(f"ext-tasks {_command_name(args)}", _run(args, console, out)))
+        finally:
+            if traced:
+                tracing_setup.shutdown()
+    except (UsageError, NotRecorded, sign_in.LoginUsageError, tracing_setup.TracingUnavailable) as exc:
         print(f"ext-tasks {args.command}: {exc}", file=err)
         return EXIT_USAGE
+
+
+def _command_name(args: argparse.Namespace) -> str:
+    """The command's span name: ``call TOOL``, ``task ACTION``, ``tools``."""
+    if args.command == "call":
+        return f"call {getattr(args, 'tool', '')}".strip()
+    if args.command == "task":
+        return f"task {args.action}"
+    return str(args.command)
 
 
 def _sign_in(args: argparse.Namespace, err: TextIO) -> int:

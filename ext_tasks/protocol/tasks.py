@@ -90,6 +90,10 @@ class TaskRecord(msgspec.Struct, frozen=True):
     retries: int = 0
     #: When the last retry scheduled is due (its run waits in the store until then; ``None``: none yet).
     retry_at_ms: int | None = None
+    #: The creating request's span context as a W3C ``traceparent`` (55 characters), kept only when
+    #: tracing is on (``ext_tasks.tracing``): each run attempt's span continues it and links to it, and
+    #: ``tasks/*`` spans link to it. Its trace id (characters 3 to 35) names the task's trace.
+    trace_context: str | None = None
 
     @property
     def expires_at_ms(self) -> int | None:
@@ -122,6 +126,8 @@ def stored_bytes(record: TaskRecord) -> int:
     )
     if record.grant is not None:
         size += len(record.grant.encode())
+    if record.trace_context is not None:
+        size += len(record.trace_context)
     return size + sum(len(_encoder.encode(part)) for part in structured if part)
 
 

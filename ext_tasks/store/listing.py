@@ -13,8 +13,8 @@ the stores keep anyway, so the hot path pays nothing for it:
 * **Removal** of a finished task (``purge``): the record and its tombstone, and its owner's place.
 
 The creating request's W3C ``traceparent``, kept with the record by tracing (``TaskRecord.trace_context``,
-the hash field of the same name), is read by :func:`traceparent_of` under :data:`TRACE_FIELD`, the one
-place that names it here; a record without one (tracing off, or a version without it) shows none.
+the hash field of the same name, :data:`TRACE_FIELD`), is listed with it; a record without one (tracing
+off) shows none.
 """
 
 from __future__ import annotations
@@ -75,12 +75,6 @@ class Lease:
     attempt: int
 
 
-def traceparent_of(record: TaskRecord) -> str | None:
-    """The creating request's ``traceparent`` kept with ``record``, if the record keeps one."""
-    value = getattr(record, TRACE_FIELD, None)
-    return value if isinstance(value, str) else None
-
-
 def row_of(record: TaskRecord) -> TaskRow:
     return TaskRow(
         task_id=record.task_id,
@@ -93,7 +87,7 @@ def row_of(record: TaskRecord) -> TaskRow:
         attempts=record.attempts,
         status_message=record.status_message,
         error=record.error,
-        traceparent=traceparent_of(record),
+        traceparent=record.trace_context,
         retry_at_ms=record.retry_at_ms,
     )
 

@@ -17,9 +17,7 @@ from ext_tasks.protocol.states import TaskStatus
 from ext_tasks.protocol.tasks import completed, failed
 from ext_tasks.store.base import ActiveLimit, Run, TaskStore
 from ext_tasks.store.ids import PARTITION_TAGS, new_task_id
-from ext_tasks.store.listing import TRACE_FIELD
 from ext_tasks.store.memory import MemoryTaskStore
-from ext_tasks.store.valkey import ValkeyTaskStore
 from tests.contract.conftest import on_shared_server, opened
 from tests.contract.test_store import make_record
 
@@ -89,14 +87,13 @@ async def test_only_a_finished_task_is_removed_and_its_place_given_back(store: T
     assert 0 < await store.places.charged("carol") < charged
 
 
-async def test_the_creating_requests_traceparent_is_listed_where_the_record_keeps_one(store: TaskStore) -> None:
-    """Tracing keeps it in the record's ``trace_context`` field (``TRACE_FIELD``); written here straight
-    into a Valkey record's hash, as tracing's codec writes it."""
-    if not isinstance(store, ValkeyTaskStore):
-        pytest.skip("written into the Valkey hash directly")
-    record = make_record()
-    await store.create(record)
+async def test_the_creating_requests_traceparent_is_listed_with_its_task(store: TaskStore) -> None:
+    """Tracing keeps it in the record (``trace_context``); the listing shows it, and nothing without one."""
     traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-    await store.topology.client.hset(store.keys.task(record.task_id), TRACE_FIELD, traceparent)
-    (row,) = [row for row in await store.listing.rows() if row.task_id == record.task_id]
-    assert row.traceparent == traceparent
+    traced = msgspec.structs.replace(make_record(), trace_context=traceparent)
+    untraced = make_record()
+    for record in (traced, untraced):
+        await store.create(record)
+    rows = {row.task_id: row for row in await store.listing.rows()}
+    assert rows[traced.task_id].traceparent == traceparent
+    assert rows[untraced.task_id].traceparent is None

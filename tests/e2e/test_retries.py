@@ -114,9 +114,7 @@ def test_past_the_last_attempt_the_task_fails_saying_how_many_were_made(
     assert len(journal(notes)) == ATTEMPTS
 
 
-def test_a_retry_whose_instance_was_killed_while_it_waited_runs_on_a_survivor(
-    tmp_path: Path, api: TaskApi
-) -> None:
+def test_a_retry_whose_instance_was_killed_while_it_waited_runs_on_a_survivor(tmp_path: Path, api: TaskApi) -> None:
     """The instance that ran the first attempt (and alone knew when the retry is due) is SIGKILLed
     while the retry waits in the store; a surviving instance's sweep (every lease) runs it."""
     env = {"EXT_TASKS_LEASE_S": str(LEASE_S)}

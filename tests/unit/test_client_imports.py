@@ -14,8 +14,17 @@ import ext_tasks
 REPO = Path(__file__).resolve().parents[2]
 
 #: What the client may load of ext_tasks: the package itself, the protocol core, reading SSE and another
-#: server's answers (as docs/architecture.md says of the client).
-CLIENT_SIDE = ("ext_tasks", "ext_tasks.client", "ext_tasks.protocol", "ext_tasks.sse", "ext_tasks.answers")
+#: server's answers, and tracing (its spans and the context it sends in ``_meta``), as
+#: docs/architecture.md says of the client.
+CLIENT_SIDE = (
+    "ext_tasks",
+    "ext_tasks.client",
+    "ext_tasks.protocol",
+    "ext_tasks.sse",
+    "ext_tasks.answers",
+    "ext_tasks.tracing",
+    "ext_tasks.tracing_setup",
+)
 #: Libraries only the server uses.
 SERVER_LIBRARIES = ("migration", "litestar", "hypercorn", "granian", "valkey", "prometheus_client", "pydantic")
 

@@ -7,9 +7,10 @@ from __future__ import annotations
 import pytest
 
 from ext_tasks.admin_http import AdminTokens
-from ext_tasks.operator import StuckRule, TaskFilter, trace_id
+from ext_tasks.operator import StuckRule, TaskFilter
 from ext_tasks.protocol.states import TaskStatus
 from ext_tasks.store.listing import Lease, TaskRow
+from ext_tasks.tracing import trace_id_of as trace_id
 
 NOW = 10_000_000
 RULE = StuckRule(lease_ms=10_000, input_limit_ms=60_000)

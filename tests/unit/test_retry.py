@@ -120,6 +120,7 @@ def test_the_retries_show_in_meta_apart_from_run_attempts_once_there_is_one() ->
 
 # --- the worker ---------------------------------------------------------------------------------------
 
+
 def _record(tool: str) -> TaskRecord:
     """A working task of ``tool`` created at ``T0_MS`` (the contract suite's record otherwise)."""
     return make_record(tool=tool, arguments={}, created_at_ms=T0_MS, updated_at_ms=T0_MS, ttl_ms=3_600_000)

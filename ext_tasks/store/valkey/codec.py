@@ -59,6 +59,8 @@ def _scalar_fields(record: TaskRecord) -> dict[str, str]:
         fields["retry_at_ms"] = str(record.retry_at_ms)
     if record.grant is not None:  # JSON text already, kept as it is (only a starting run decodes it)
         fields["grant"] = record.grant
+    if record.trace_context is not None:  # a traceparent, checked before it was kept
+        fields["trace_context"] = record.trace_context
     return fields
 
 
