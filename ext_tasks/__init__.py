@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # what the names are, for type checkers and readers; at run t
         TextContent,
     )
     from .results import PromptResult, ResourceResult, ToolResult
+    from .retention import Retention
     from .retry import Backoff, Retry
     from .tools import Header, ToolRegistry
 
@@ -51,6 +52,7 @@ _HOMES: Final = {
     ),
     **dict.fromkeys(("PromptResult", "ResourceResult", "ToolResult"), ".results"),
     **dict.fromkeys(("Backoff", "Retry"), ".retry"),
+    "Retention": ".retention",
     **dict.fromkeys(("Header", "ToolRegistry"), ".tools"),
 }
 
@@ -71,6 +73,7 @@ __all__ = [
     "ResourceContents",
     "ResourceLink",
     "ResourceResult",
+    "Retention",
     "Retry",
     "TextContent",
     "ToolError",

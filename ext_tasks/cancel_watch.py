@@ -1,6 +1,7 @@
 """A run's watch for its task's cancellation: a run still going after :data:`WATCH_AFTER_S` follows its
-task on the store's broadcast, so a ``tasks/cancel`` answered by any instance stops the running coroutine
-at once. Shorter runs cost no subscription (a cancellation that beats them loses nothing: their outcome's
+task on the store's broadcast, so a ``tasks/cancel`` answered by any instance (or any other end of the
+task there, such as a reader finding it past its life's bound) stops the running coroutine at once.
+Shorter runs cost no subscription (a cancellation that beats them loses nothing: their outcome's
 compare-and-set fails)."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import asyncio
 import logging
 from typing import Final, Protocol
 
+from .lifetimes import TIMEOUT_DATA_KIND
 from .protocol.states import TaskStatus
 from .protocol.tasks import TaskRecord
 from .store.base import Broadcast, Records, TaskStoreUnavailable, WatchItem
@@ -42,6 +44,15 @@ async def _next_change(changes: asyncio.Queue[WatchItem], execution: asyncio.Tas
     return getting.result() if getting.done() and not getting.cancelled() else _Ended()
 
 
+def _ended_elsewhere(record: TaskRecord) -> bool:
+    """The task ended while this run goes on: cancelled, or ended ``failed`` by a reader that found it
+    past its life's bound (a run's own outcome is not watched for: the run has ended by then)."""
+    if record.status is TaskStatus.CANCELLED:
+        return True
+    data = (record.error or {}).get("data") if record.status is TaskStatus.FAILED else None
+    return isinstance(data, dict) and data.get(TIMEOUT_DATA_KIND) == "life"
+
+
 async def stop_when_cancelled(store: WatchedStore, task_id: str, execution: asyncio.Task[None]) -> None:
     """Cancel ``execution`` as soon as its task is cancelled, from any instance. Ends when
     ``execution`` ends, by itself: the cancellation its end sends may be lost below (seen: a
@@ -57,9 +68,9 @@ async def stop_when_cancelled(store: WatchedStore, task_id: str, execution: asyn
                         return
                     if change is None:  # live (again): was it cancelled before we listened?
                         found = await store.lookup(task_id)
-                        gone = not isinstance(found, TaskRecord) or found.status is TaskStatus.CANCELLED
+                        gone = not isinstance(found, TaskRecord) or _ended_elsewhere(found)
                     else:
-                        gone = change.status is TaskStatus.CANCELLED
+                        gone = _ended_elsewhere(change)
                     if gone:
                         execution.cancel()
                         return

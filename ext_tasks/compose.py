@@ -28,6 +28,7 @@ from .auth import AnonymousAuthenticator, Authenticator, BearerTokenAuthenticato
 from .auth.oauth import OAuthAuthenticator
 from .config import ConfigError, Settings
 from .engine import Engine
+from .lifetimes import Lifetimes
 from .metrics import STORE_ACCEPTS_WRITES
 from .protocol.errors import Busy
 from .protocol.resume import ResumeCodec
@@ -190,7 +191,7 @@ def build_engine(
         registry,
         codec,
         settings.engine,
-        tasks=TaskMethods(store, settings.tasks),
+        tasks=TaskMethods(store, settings.tasks, lifetimes=Lifetimes(settings.tasks, registry.find_tool)),
         waits=waits,
         claim_once=claim_once,
         # Results that depend on who asks must not be shared by caches between callers.
@@ -199,7 +200,7 @@ def build_engine(
 
 
 def build_worker(registry: ToolRegistry, settings: Settings, store: TaskStore) -> Worker:
-    return Worker(store, registry, settings.worker)
+    return Worker(store, registry, settings.worker, lifetimes=Lifetimes(settings.tasks, registry.find_tool))
 
 
 def build_sessions(settings: Settings, shared: SharedValkey | None = None) -> SessionStore:

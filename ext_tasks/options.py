@@ -52,8 +52,16 @@ class EngineOptions(Section):
 class TaskOptions(Section):
     """The server's task policy; published to clients in ``server/discover`` (:meth:`published`)."""
 
+    #: The lifetime a task is granted: its ``ttlMs`` at creation; while unfinished, ``createdAt + ttlMs``
+    #: stays this far ahead of each read; and the least a finished task is kept after its end.
     task_ttl_ms: int = Field(3_600_000, gt=0)
+    #: The longest a task may stay unfinished (it then ends ``failed``); caps every lifetime and retention.
     task_max_ttl_ms: int = 86_400_000
+    #: How long a finished task is kept after its end, by outcome (``None``: its lifetime grant). A value
+    #: under a task's grant counts as the grant: a reader was promised that much.
+    retain_completed_ms: int | None = Field(None, gt=0)
+    retain_failed_ms: int | None = Field(86_400_000, gt=0)
+    retain_cancelled_ms: int | None = Field(None, gt=0)
     poll_interval_ms: int = Field(250, gt=0)
     poll_interval_max_ms: int = 5_000
     sensitive_grace_ms: int = Field(30_000, ge=0)
@@ -83,6 +91,10 @@ class TaskOptions(Section):
             "pollIntervalMs": self.poll_interval_ms,
             "maxPollIntervalMs": self.poll_interval_max_ms,
             "sensitiveGraceMs": self.sensitive_grace_ms,
+            # Retention by outcome, counted from the end (0: the task's own lifetime, ``defaultTtlMs``).
+            "retainCompletedMs": self.retain_completed_ms or 0,
+            "retainFailedMs": self.retain_failed_ms or 0,
+            "retainCancelledMs": self.retain_cancelled_ms or 0,
             "idempotencyWindowMs": self.idempotency_window_ms,
             # What a client may make a task keep: told up front, so it need not learn it from a 413.
             "maxTaskArgumentBytes": self.max_task_argument_bytes,

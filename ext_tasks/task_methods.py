@@ -31,6 +31,7 @@ from .auth import Principal, grant_of
 from .clock import now_ms
 from .context import Emit
 from .lifecycle import principal_tag, task_event
+from .lifetimes import Lifetimes
 from .options import TaskOptions
 from .protocol.envelope import Envelope
 from .protocol.errors import Busy, InvalidParams, LimitExceeded, ParamsTooLarge
@@ -132,17 +133,18 @@ class TaskMethods:
         *,
         clock_ms: Callable[[], int] = now_ms,
         commit_budget_s: float = COMMIT_BUDGET_S,
+        lifetimes: Lifetimes | None = None,
     ) -> None:
         self.store = store
         self.options = options or TaskOptions()
+        #: How long tasks are kept (the server's settings and, when given, each tool's own).
+        self.lifetimes = lifetimes or Lifetimes(self.options)
         self._clock_ms = clock_ms
         self._commit_budget_s = commit_budget_s
 
     def ttl_for(self, tool: Tool, hint_ms: int | None = None) -> int:
-        """The lifetime the server grants: the client's hint (2025-11-25 ``params.task.ttl``) if any,
-        else the tool's own, else the default; never more than the maximum."""
-        wanted = hint_ms if hint_ms is not None and hint_ms > 0 else tool.ttl_ms or self.options.task_ttl_ms
-        return min(int(wanted), self.options.task_max_ttl_ms)
+        """The lifetime the server grants (see :meth:`Lifetimes.grant`)."""
+        return self.lifetimes.grant(tool, hint_ms)
 
     async def create(
         self,
@@ -186,7 +188,9 @@ class TaskMethods:
             version=1,
             created_at_ms=now,
             updated_at_ms=now,
-            ttl_ms=ttl_ms,
+            # Kept until the longest it may stay unfinished; readers are told its grant from now on.
+            ttl_ms=self.lifetimes.kept_while_unfinished(ttl_ms),
+            grant_ms=ttl_ms,
             poll_interval_ms=self.options.poll_interval_ms,
             poll_max_ms=tool.poll_max_ms or self.options.poll_interval_max_ms,
             sensitive=tool.sensitive,
@@ -231,13 +235,30 @@ class TaskMethods:
         if isinstance(found, TaskRecord) and found.owner == principal.id:
             if not again and tracing.tracer is not None:  # tasks/get|update|cancel link to the task's trace
                 tracing_tasks.add_task_link(found.trace_context, found.task_id)
-            return found
+            return await self._ended_if_overdue(found)
         if isinstance(found, Expired) and found.owner == principal.id:
             tag = principal_tag(principal.id)
             logger.info("task.expired", extra={"event": "task.expired", "task_id": task_id, "principal": tag})
             raise InvalidParams("Failed to retrieve task: Task has expired")
         # Another principal's task answers exactly like one that never existed.
         raise InvalidParams("Failed to retrieve task: Task not found")
+
+    async def _ended_if_overdue(self, record: TaskRecord) -> TaskRecord:
+        """The check on read: a wait for input past its deadline (or a task past its life's bound) ends
+        ``failed`` before anyone is told about it, so a reader never sees a task live past its limit (the
+        workers' sweep ends those nobody reads). A lost race means someone else changed it: read again."""
+        for _ in range(3):
+            ended = self.lifetimes.overdue(record, self._clock_ms())
+            if ended is None:
+                return record
+            if await self.store.commit(record, ended):
+                task_event(record.status, TaskEvent.FAILED, ended, reason="timeout")
+                return ended
+            found = await self.store.lookup(record.task_id)
+            if not isinstance(found, TaskRecord):
+                return record
+            record = found
+        return record
 
     async def record_of(self, task_id: str) -> TaskRecord | None:
         """The task's record now (``None`` if it is gone), for listeners that catch up after missing
@@ -282,6 +303,7 @@ class TaskMethods:
             merged = answers_merged(record, responses, now)
             if merged is None:
                 return Complete()  # nothing outstanding was answered: ignored, as the spec asks
+            merged = self.lifetimes.fit(record, merged)
             await self._charge_answers(merged, now)
             resumed = merged.status is TaskStatus.WORKING
             event = TaskEvent.INPUT_PROVIDED if resumed else TaskEvent.ANSWERED
@@ -307,7 +329,7 @@ class TaskMethods:
         async for record in self._attempts(first, principal, "cancel"):
             if record.terminal:
                 return Complete()  # cancelling a finished task is acknowledged, idempotently
-            gone = cancelled(record, self._clock_ms())
+            gone = self.lifetimes.fit(record, cancelled(record, self._clock_ms()))
             if await self.store.commit(record, gone):
                 task_event(record.status, TaskEvent.CANCEL_REQUESTED, gone)
                 return Complete()

@@ -30,6 +30,7 @@ from pydantic import Field
 
 from .auth import check_scopes
 from .context import Context
+from .retention import Retention
 from .retry import Retry
 from .signatures import Signature
 
@@ -70,6 +71,12 @@ class Tool:
     ttl_ms: int | None = None
     poll_max_ms: int | None = None
     sensitive: bool = False
+    #: The longest one run of the function may take (seconds); past it the task ends ``failed``.
+    timeout_s: float | None = None
+    #: The longest the task may wait in ``input_required`` for answers (seconds); then it ends ``failed``.
+    input_timeout_s: float | None = None
+    #: How long its finished tasks are kept, by outcome (``None``: the server's settings).
+    retention: Retention | None = None
     #: OAuth scopes a caller's token must carry to see and call the tool (besides the server's own).
     scopes: tuple[str, ...] = ()
     #: Inside a task: run again, with backoff, after an exception the policy names (``None``: never).
@@ -210,6 +217,9 @@ class ToolRegistry:
         poll_max_ms: int | None = None,
         sensitive: bool = False,
         scopes: Sequence[str] = (),
+        timeout_s: float | None = None,
+        input_timeout_s: float | None = None,
+        retention: Retention | None = None,
         retry: Retry | None = None,
     ) -> Callable[[F], F]:
         """Register an async function as a tool.
@@ -224,6 +234,10 @@ class ToolRegistry:
         server's short grace period, and ``ttlMs`` says so. ``scopes``: the OAuth scopes a caller's token
         must carry to see the tool in ``tools/list`` and to call it (a token without them gets 403
         ``insufficient_scope``, the spec's step-up); callers with a static token or none pass.
+        ``timeout_s``: the longest one run of the function may take as a task (it is then cancelled on
+        whichever instance runs it and the task ends ``failed``); ``input_timeout_s``: the longest the task
+        may wait for answers in ``input_required`` (then it ends ``failed``); ``retention``: how long its
+        finished tasks are kept, by outcome (:class:`Retention`).
         ``retry=Retry(attempts=5, backoff=Backoff(...), on=(TransientError,))``: inside a task, an
         exception among ``on`` schedules the next attempt after the backoff (the task stays ``working``);
         past the last attempt the task ends ``failed``. A ``ToolError`` is retried only if ``on`` names
@@ -235,6 +249,10 @@ class ToolRegistry:
         for label, value in (("ttl_ms", ttl_ms), ("poll_max_ms", poll_max_ms)):
             if value is not None and (not isinstance(value, int) or value <= 0):
                 raise ValueError(f"{label} must be a positive integer number of milliseconds")
+        for label, seconds in (("timeout_s", timeout_s), ("input_timeout_s", input_timeout_s)):
+            numeric = isinstance(seconds, int | float) and not isinstance(seconds, bool)
+            if seconds is not None and (not numeric or seconds <= 0):
+                raise ValueError(f"{label} must be a positive number of seconds")
 
         def register(fn: F) -> F:
             signature = Signature.of(fn, raw_schema=input_schema is not None)
@@ -259,6 +277,9 @@ class ToolRegistry:
                 poll_max_ms=poll_max_ms,
                 sensitive=sensitive,
                 scopes=required_scopes,
+                timeout_s=timeout_s,
+                input_timeout_s=input_timeout_s,
+                retention=retention,
                 retry=retry,
             )
             self.add_tool(tool)

@@ -48,10 +48,10 @@ from .clock import now_ms
 from .context import Context, InputRequired, RetryLater, missing_capabilities
 from .invoke import invoke_tool
 from .lifecycle import task_event
+from .lifetimes import Lifetimes, OverdueSweep, RunTimedOut
 from .metrics import LEASE_RECLAIMS, QUEUE_DEPTH
-from .options import WorkerOptions
+from .options import TaskOptions, WorkerOptions
 from .outage import OUTAGE_S, commit_through_outage, through_outage
-from .protocol.envelope import Envelope
 from .protocol.errors import InternalError, MissingClientCapability, ProtocolError
 from .protocol.states import TaskEvent, TaskStatus
 from .protocol.tasks import (
@@ -63,9 +63,9 @@ from .protocol.tasks import (
     result_too_large,
     status_reported,
 )
-from .protocol.versions import MODERN_2026_07_28
+from .runs import RunInProgress, run_envelope
 from .scheduled import DueRuns, retry_outcome
-from .store.base import Broadcast, Records, Run, RunQueue, TaskStoreUnavailable
+from .store.base import Broadcast, InputDeadlines, Records, Run, RunQueue, TaskStoreUnavailable
 from .tools import ToolRegistry
 
 if TYPE_CHECKING:
@@ -80,24 +80,8 @@ _DEPTH_EVERY_S: Final = 15.0
 _Outcome = tuple[TaskEvent, TaskRecord]
 
 
-def run_envelope(record: TaskRecord) -> Envelope:
-    """The envelope a task's run sees, built from what its record stored of the creating request's: the
-    client's capabilities (which questions the tool may ask) and its era (tasks exist only in
-    2026-07-28; the shim's legacy tasks are created through the engine too). What belonged to that
-    request alone is not there: a run has no stream to log or report progress on, and no client info or
-    idempotency key to act on."""
-    return Envelope(
-        protocol_version=MODERN_2026_07_28,
-        client_capabilities=record.client_capabilities,
-        client_info=None,
-        log_level=None,
-        progress_token=None,
-    )
-
-
-class WorkerStore(RunQueue, Records, Broadcast, Protocol):
-    """What a worker uses of a task store: the run queue, the records its runs change, and the
-    broadcast it watches for a cancellation (no claims, no owners' places, no opening or closing)."""
+class WorkerStore(RunQueue, Records, Broadcast, InputDeadlines, Protocol):
+    """What a worker uses of a task store: its run queue, records, broadcast (cancellations), overdue waits."""
 
 
 class Worker:
@@ -109,10 +93,13 @@ class Worker:
         *,
         consumer: str | None = None,
         clock_ms: Callable[[], int] = now_ms,
+        lifetimes: Lifetimes | None = None,
     ) -> None:
         self.store = store
         self.registry = registry
         self.options = options or WorkerOptions()
+        self.lifetimes = lifetimes or Lifetimes(TaskOptions(), registry.find_tool, clock_ms=clock_ms)
+        self._overdue = OverdueSweep(store, self.lifetimes, every_s=self.options.lease_s / 2)  # waits past due
         self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}-{id(self):x}"
         self._clock_ms = clock_ms
         #: Runs executing here, by delivery id (one task may briefly have two: a finishing run that is
@@ -134,6 +121,7 @@ class Worker:
             asyncio.create_task(self._supervised("take-runs", self._take_runs), name="ext-tasks-take-runs"),
             asyncio.create_task(self._supervised("heartbeats", self._heartbeats), name="ext-tasks-heartbeats"),
             asyncio.create_task(self._supervised("retries", self._due.run), name="ext-tasks-due-retries"),
+            asyncio.create_task(self._supervised("overdue", self._overdue.run), name="ext-tasks-overdue"),
         ]
 
     @property
@@ -250,7 +238,7 @@ class Worker:
     # --- one run ----------------------------------------------------------------------------------
 
     async def _execute_and_ack(self, run: Run, reclaimed: bool = False) -> None:
-        holder = _Current(run, reclaimed)
+        holder = RunInProgress(run, reclaimed)
         try:
             await self._execute(holder)
             if holder.acknowledged:
@@ -274,9 +262,9 @@ class Worker:
     async def execute(self, task_id: str, *, attempt: int = 1) -> TaskRecord | None:
         """Run one task to its next resting point, as its ``attempt``-th delivery; returns the committed
         record (``None`` if skipped)."""
-        return await self._execute(_Current(Run(task_id=task_id, delivery="", attempt=attempt)))
+        return await self._execute(RunInProgress(Run(task_id=task_id, delivery="", attempt=attempt)))
 
-    async def _execute(self, holder: _Current) -> TaskRecord | None:
+    async def _execute(self, holder: RunInProgress) -> TaskRecord | None:
         run = holder.run
         record = await through_outage(lambda: self.store.lookup(run.task_id))
         if not isinstance(record, TaskRecord) or record.status is not TaskStatus.WORKING:
@@ -285,13 +273,11 @@ class Worker:
         attempt = partial(self._attempt, holder, record)
         return await tracing_tasks.traced_run(record, run.attempt, holder.reclaimed, attempt)
 
-    async def _attempt(self, holder: _Current, record: TaskRecord, span: Span | None = None) -> TaskRecord | None:
+    async def _attempt(self, holder: RunInProgress, record: TaskRecord, span: Span | None = None) -> TaskRecord | None:
         """The run's attempt on ``record`` (read, working): the tool's outcome committed."""
         run = holder.run
-        interrupted = run.attempt - 1
-        if interrupted >= self.options.max_attempts:
-            error = InternalError(f"The task's run was interrupted {interrupted} times; giving up").to_error()
-            outcome = failed(msgspec.structs.replace(record, attempts=interrupted), error, self._clock_ms())
+        # Queued (or lost) past its life's bound, or its runs interrupted too often: it ends unrun.
+        if outcome := self.lifetimes.before_run(record, interrupted := run.attempt - 1, self.options.max_attempts):
             if not await self._commit(holder, outcome):
                 return None
             task_event(record.status, TaskEvent.FAILED, outcome, attempts=interrupted)
@@ -299,6 +285,7 @@ class Worker:
             return outcome
         task_event(record.status, TaskEvent.RUN_STARTED, holder.working, attempt=run.attempt)
         event, outcome = await self._outcome(holder)
+        outcome = self.lifetimes.fit(record, outcome)  # a retention from its end, a wait's deadline
         # A state-only question leaves the task working with new state: it must be queued again.
         rerun = event is TaskEvent.RERUN_REQUESTED
         status = record.status
@@ -312,7 +299,7 @@ class Worker:
         return None
 
     async def _commit(
-        self, holder: _Current, outcome: TaskRecord, *, enqueue: bool = False, retry_at_ms: int | None = None
+        self, holder: RunInProgress, outcome: TaskRecord, *, enqueue: bool = False, retry_at_ms: int | None = None
     ) -> bool:
         """Commit the run's outcome and acknowledge the run in the same step, however long the store
         refuses it (the run stays ours meanwhile: it is heartbeated while it runs)."""
@@ -330,7 +317,7 @@ class Worker:
         holder.acknowledged = committed and finishing is not None
         return committed
 
-    async def _outcome(self, holder: _Current) -> _Outcome:
+    async def _outcome(self, holder: RunInProgress) -> _Outcome:
         record = holder.working
         tool = self.registry.find_tool(record.tool)
         if tool is None:
@@ -363,7 +350,9 @@ class Worker:
             on_status=set_status,
         )
         try:
-            result = await invoke_tool(tool, record.arguments, ctx)
+            result = await self.lifetimes.within_limit(record, tool, invoke_tool(tool, record.arguments, ctx))
+        except RunTimedOut as stopped:  # the coroutine was cancelled here, where it ran
+            return TaskEvent.FAILED, failed(holder.working, stopped.error, self._clock_ms())
         except InputRequired as asked:
             missing = missing_capabilities(asked.requests.values(), record.client_capabilities)
             if missing:
@@ -389,25 +378,3 @@ class Worker:
             return TaskEvent.FAILED, failed(holder.working, error, self._clock_ms())
         # The record keeps the result as the JSON object it is sent as (``resultType``, its tag, included).
         return TaskEvent.SUCCEEDED, completed(holder.working, msgspec.to_builtins(result), self._clock_ms())
-
-
-class _Current:
-    """One run in progress: the record as last committed (status messages bump it), and whether the
-    run was acknowledged with its outcome."""
-
-    def __init__(self, run: Run, reclaimed: bool = False) -> None:
-        self.run = run
-        #: Taken over from a worker that stopped heartbeating it (a crash), not from the queue.
-        self.reclaimed = reclaimed
-        self.stored: TaskRecord | None = None
-        self.acknowledged = False
-        #: When the next attempt is due, if this one ended by scheduling a retry.
-        self.retry_at_ms: int | None = None
-
-    @property
-    def working(self) -> TaskRecord:
-        """The stored record with this run's attempt counted (committed with the next change)."""
-        assert self.stored is not None
-        if self.stored.attempts == self.run.attempt:
-            return self.stored
-        return msgspec.structs.replace(self.stored, attempts=self.run.attempt)

@@ -79,6 +79,13 @@ class TaskRecord(msgspec.Struct, frozen=True):
     #: JSON text read only when a run starts, so the tool sees the same ``ctx.principal`` on whichever
     #: worker runs it; ``None`` for a static token.
     grant: str | None = None
+    #: The lifetime granted at creation (``EXT_TASKS_TASK_TTL_MS``, the tool's ``ttl_ms`` or a legacy
+    #: client's hint): while the task is unfinished, ``createdAt + ttlMs`` is kept this far ahead of the
+    #: moment it is read (:func:`reported_ttl`). ``None``: a record of an earlier version (``ttl_ms`` as is).
+    grant_ms: int | None = None
+    #: When the wait for input ends the task: read in ``input_required`` only (a later status may keep
+    #: the last wait's deadline; it means nothing there).
+    deadline_ms: int | None = None
     #: Retries scheduled so far (:mod:`ext_tasks.retry`): the running attempt is ``retries + 1``.
     retries: int = 0
     #: When the last retry scheduled is due (its run waits in the store until then; ``None``: none yet).
@@ -322,6 +329,20 @@ def delivered(record: TaskRecord, now_ms: int, grace_ms: int) -> TaskRecord | No
     return transition(record, TaskEvent.DELIVERED, record.updated_at_ms, ttl_ms=ttl_ms, delivered_at_ms=now_ms)
 
 
+def reported_ttl(record: TaskRecord, now_ms: int | None) -> int | None:
+    """The ``ttlMs`` a reader is told at ``now_ms`` (``None``: as of the last update).
+
+    An unfinished task's record is kept until its life's bound (``ttl_ms``: the longest it may stay
+    unfinished, and then some), so it never expires while it lives; what a reader is promised is its
+    grant counted from now, which moves ahead with every read and never past what is kept. A finished
+    task's ``ttl_ms`` is its retention counted from its end: the truth as stored.
+    """
+    if record.terminal or record.grant_ms is None or record.ttl_ms is None:
+        return record.ttl_ms
+    at = record.updated_at_ms if now_ms is None else max(now_ms, record.updated_at_ms)
+    return min(record.ttl_ms, at - record.created_at_ms + record.grant_ms)
+
+
 def iso8601(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
@@ -332,7 +353,7 @@ def _task_members(record: TaskRecord, now_ms: int | None) -> dict[str, Any]:
         "status": record.status.value,
         "created_at": iso8601(record.created_at_ms),
         "last_updated_at": iso8601(record.updated_at_ms),
-        "ttl_ms": record.ttl_ms,
+        "ttl_ms": reported_ttl(record, now_ms),
         "poll_interval_ms": poll_interval(record, now_ms),
     }
     if record.status_message is not None:

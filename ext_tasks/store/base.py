@@ -23,7 +23,10 @@ contract tests in ``tests/contract`` check them on memory, one Valkey and a Valk
 * Every successful commit reaches the task's watchers (``watch``), in commit order; a watcher that
   subscribes and then reads the record misses nothing.
 * Records disappear when their TTL lapses; ``lookup`` then answers :class:`Expired` (for a while) rather
-  than ``None``, so clients are told "expired" instead of "not found".
+  than ``None``, so clients are told "expired" instead of "not found". A commit may move the TTL (a
+  finished task is kept its retention from its end): the record, and the "expired" after it, follow.
+* Waits for input with a deadline are listed by :meth:`InputDeadlines.overdue` once it has passed, so a
+  sweep ends them without anyone reading them.
 * The owner's caps (:class:`ActiveLimit`: unfinished tasks, kept tasks, bytes kept) are exact: checked
   and charged in one atomic step, so concurrent creations on any instances never go past them; a
   task's place (and the bytes it is charged) lapses with the task (:class:`OwnerPlaces`).
@@ -209,6 +212,14 @@ class Records(Protocol):
         ...
 
 
+class InputDeadlines(Protocol):
+    async def overdue(self, now_ms: int, count: int) -> list[TaskRecord]:
+        """Up to ``count`` tasks waiting in ``input_required`` whose ``deadline_ms`` is ``now_ms`` or
+        earlier, soonest first. A commit that takes a task out of ``input_required`` (or gives it another
+        deadline) takes it off this list in the same step; an entry whose task is gone is dropped."""
+        ...
+
+
 class RunQueue(Protocol):
     async def next_runs(self, consumer: str, count: int, block_ms: int) -> list[Run]:
         """Up to ``count`` new runs for ``consumer``, waiting at most ``block_ms`` for one."""
@@ -255,7 +266,7 @@ class Claims(Protocol):
         ...
 
 
-class TaskStore(Records, RunQueue, Broadcast, Claims, Protocol):
+class TaskStore(Records, RunQueue, Broadcast, Claims, InputDeadlines, Protocol):
     @property
     def places(self) -> OwnerPlaces:
         """The owners' places, which ``create`` takes and ``commit`` settles; the engine grows a place

@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Final
 
 from ..clock import now_ms
+from ..protocol.states import TaskStatus
 from ..protocol.tasks import TaskRecord
 from .base import TOMBSTONE_MS, ActiveLimit, ExistingTask, Expired, IdempotencyClaim, Run, WatchItem
 from .ceilings import CEILING, within_ceiling
@@ -37,6 +38,8 @@ class MemoryTaskStore:
         self._idempotency: dict[str, tuple[ExistingTask, int]] = {}
         self.places = MemoryPlaces(self._clock_ms)
         self._claims: dict[str, int] = {}
+        #: Waits for input with a deadline: the task, and when its wait ends it.
+        self._deadlines: dict[str, int] = {}
         self._sweeper: asyncio.Task[None] | None = None
         #: Queued runs: the task, and how many deliveries of this run came before.
         self._queue: asyncio.Queue[tuple[str, int]] = asyncio.Queue()
@@ -79,6 +82,7 @@ class MemoryTaskStore:
         self._claims = within_ceiling({key: until for key, until in self._claims.items() if until > now})
         # A run left unacknowledged (its run failed unexpectedly; nothing reclaims here) is forgotten with its task.
         self._held = {delivery: held for delivery, held in self._held.items() if held[0] in self._records}
+        self._deadlines = {task_id: at for task_id, at in self._deadlines.items() if task_id in self._records}
         self._scheduled = {task_id: due for task_id, due in self._scheduled.items() if task_id in self._records}
         self.places.sweep()
 
@@ -154,6 +158,10 @@ class MemoryTaskStore:
         if not isinstance(current, TaskRecord) or current.version != before.version:
             return False
         self._records[after.task_id] = after
+        if after.status is TaskStatus.INPUT_REQUIRED and after.deadline_ms is not None:
+            self._deadlines[after.task_id] = after.deadline_ms
+        else:
+            self._deadlines.pop(after.task_id, None)
         if place_changes(before, after):
             await self.places.settle(place_of(after))  # never suspends
         if enqueue:
@@ -167,6 +175,17 @@ class MemoryTaskStore:
                 watcher.get_nowait()
             watcher.put_nowait(after)
         return True
+
+    async def overdue(self, now_ms: int, count: int) -> list[TaskRecord]:
+        due = sorted((at, task_id) for task_id, at in self._deadlines.items() if at <= now_ms)
+        found = []
+        for _, task_id in due[:count]:
+            record = await self.lookup(task_id)
+            if isinstance(record, TaskRecord):
+                found.append(record)
+            else:
+                del self._deadlines[task_id]
+        return found
 
     async def claim(self, key: str, ttl_ms: int) -> bool:
         now = self._clock_ms()

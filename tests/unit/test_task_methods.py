@@ -389,6 +389,9 @@ async def test_an_expired_task_is_expired_for_its_owner_and_not_found_for_others
     engine: Engine, clock: Clock, method: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     task_id = await create_task(engine, principal=ALICE)
+    clock.now_ms += TTL_MS * 3
+    assert (await get_task(engine, task_id))["status"] == "working"  # unfinished: never expires
+    await result_of(engine, "tasks/cancel", {"taskId": task_id})  # kept its lifetime from its end
     clock.now_ms += TTL_MS - 1
     assert (await get_task(engine, task_id))["taskId"] == task_id  # readable for its whole ttlMs
     clock.now_ms += 1

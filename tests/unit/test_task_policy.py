@@ -242,7 +242,9 @@ async def test_a_non_sensitive_result_stays_for_its_whole_ttl() -> None:
     task_id = result(await call(engine, "tools/call", {"name": "deploy", "arguments": {"service": "s"}}))["taskId"]
     current = await store.lookup(task_id)
     assert isinstance(current, TaskRecord)
-    assert await store.commit(current, completed(current, {"content": []}, clock()))
+    assert engine.tasks is not None
+    ended = engine.tasks.lifetimes.fit(current, completed(current, {"content": []}, clock()))
+    assert await store.commit(current, ended)
     result(await call(engine, "tasks/get", {"taskId": task_id}))
     clock.now_ms += 3_600_000 - 1
     assert result(await call(engine, "tasks/get", {"taskId": task_id}))["ttlMs"] == 3_600_000
@@ -268,6 +270,9 @@ async def test_discover_publishes_the_task_policy() -> None:
         "pollIntervalMs": 250,
         "maxPollIntervalMs": 5_000,
         "sensitiveGraceMs": 5_000,
+        "retainCompletedMs": 0,
+        "retainFailedMs": 86_400_000,
+        "retainCancelledMs": 0,
         "idempotencyWindowMs": 86_400_000,
         "maxTaskArgumentBytes": 262_144,
         "maxAnswerBytes": 262_144,

@@ -29,10 +29,11 @@ from ext_tasks.protocol.requests import PARSERS, Call
 from ext_tasks.protocol.states import TaskStatus
 from ext_tasks.protocol.tasks import TaskRecord, detailed_task_wire
 from ext_tasks.protocol.versions import MODERN_2026_07_28
+from ext_tasks.runs import run_envelope
 from ext_tasks.store.base import Run, WatchItem
 from ext_tasks.store.memory import MemoryTaskStore
 from ext_tasks.task_methods import TaskMethods
-from ext_tasks.worker import Worker, run_envelope
+from ext_tasks.worker import Worker
 
 pytestmark = pytest.mark.anyio
 

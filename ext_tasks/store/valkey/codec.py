@@ -49,6 +49,10 @@ def _scalar_fields(record: TaskRecord) -> dict[str, str]:
         fields["sensitive"] = "1"
     if record.delivered_at_ms is not None:
         fields["delivered_at_ms"] = str(record.delivered_at_ms)
+    for name in ("grant_ms", "deadline_ms"):  # lifetimes: absent on records of earlier versions
+        value = getattr(record, name)
+        if value is not None:
+            fields[name] = str(value)
     if record.retries:
         fields["retries"] = str(record.retries)
     if record.retry_at_ms is not None:

@@ -45,6 +45,11 @@ class KeySchema:
             return f"{self.prefix}:runs"
         return f"{self.prefix}:{{{partition}}}:runs"
 
+    def deadlines(self, partition: str) -> str:
+        """The partition's waits for input, scored by the deadline that ends them (a sorted set)."""
+        if partition == LEGACY_PARTITION:
+            return f"{self.prefix}:deadlines"
+        return f"{self.prefix}:{{{partition}}}:deadlines"
     def due(self, partition: str) -> str:
         """The partition's scheduled runs (retries with backoff): task ids scored by when they are due,
         in the slot of the partition's stream, so a commit schedules one and a promotion queues it in

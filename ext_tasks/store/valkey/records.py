@@ -17,6 +17,16 @@ may queue a run (or schedule it for later, a retry: ``ZADD`` to the partition's 
 the run that produced it, and publish the record as the commit left it
 (its hash, as a JSON object of its fields) on the task's sharded channel: only if someone marked the
 task watched, so an unwatched task's commit publishes nothing and costs no encoding.
+
+**Lifetimes** (:mod:`ext_tasks.lifetimes`). An unfinished task's key is created without an expiry: it
+never expires while it lives, and its life is bounded by whoever ends it, which every atomic step keeps
+possible: a working task always has a run in its partition's stream (queued, or pending with a lease
+that another worker reclaims), written in the same script as the record, and the worker that runs it
+ends it ``failed`` past its life's bound; a task waiting for input is in its partition's ``deadlines``
+set, written in the same script as its status, which the workers sweep. The commit that ends the task
+gives the key its retention from the end (one ``PEXPIREAT``, the one command the retention costs: the
+one creation no longer spends is what pays for it). The tombstone is written at creation for the life's
+bound (plus :data:`~..base.TOMBSTONE_MS`) and moved only by a commit that makes the record live longer.
 """
 
 from __future__ import annotations
@@ -25,12 +35,13 @@ import contextlib
 from collections.abc import Sequence
 from typing import Any, Final, cast
 
+from ...protocol.states import TaskStatus
 from ...protocol.tasks import TaskRecord
 from ..base import TOMBSTONE_MS, ActiveLimit, ExistingTask, Expired, IdempotencyClaim, OverCap, Run
 from ..connection.refusals import unavailable_on_connection_errors
 from ..connection.scripts import Script
 from ..connection.topology import Topology
-from ..ids import partition_of
+from ..ids import LEGACY_PARTITION, PARTITION_TAGS, partition_of
 from ..places import place_changes, place_of
 from .codec import changes, field_map, flat, record_from_fields
 from .keys import KeySchema
@@ -58,10 +69,8 @@ if idempotency_value ~= '' then
   end
 end
 redis.call('HSET', record, unpack(rest))
-if expires_at ~= '' then
-  redis.call('PEXPIREAT', record, expires_at)
-  redis.call('SET', tombstone, owner, 'PXAT', tombstone_until)
-end
+if expires_at ~= '' then redis.call('PEXPIREAT', record, expires_at) end
+if tombstone_until ~= '' then redis.call('SET', tombstone, owner, 'PXAT', tombstone_until) end
 if idempotency_value ~= '' then redis.call('SET', idempotency, idempotency_value, 'PX', idempotency_window_ms) end
 redis.call('XADD', runs, '*', 'task', task_id)
 return 1
@@ -70,8 +79,21 @@ return 1
 
 COMMIT: Final = Script(
     "commit a change",
-    keys=("record", "runs", "channel", "due"),
-    args=("task_id", "expect_version", "dropped", "expires_at", "enqueue", "finishing", "group", "retry_at"),
+    keys=("record", "runs", "channel", "due", "tombstone", "deadlines"),
+    args=(
+        "task_id",
+        "expect_version",
+        "dropped",
+        "expires_at",
+        "enqueue",
+        "finishing",
+        "group",
+        "retry_at",
+        "owner",
+        "tombstone_until",
+        "deadline_at",
+        "unindex",
+    ),
     body="""
 local seen = redis.call('HMGET', record, 'version', 'watched')
 if not seen[1] then return -1 end
@@ -83,6 +105,9 @@ if dropped ~= '' then
   redis.call('HDEL', record, unpack(names))
 end
 if expires_at ~= '' then redis.call('PEXPIREAT', record, expires_at) end
+if tombstone_until ~= '' then redis.call('SET', tombstone, owner, 'PXAT', tombstone_until) end
+if deadline_at ~= '' then redis.call('ZADD', deadlines, deadline_at, task_id) end
+if unindex == '1' then redis.call('ZREM', deadlines, task_id) end
 if enqueue == '1' then redis.call('XADD', runs, '*', 'task', task_id) end
 if retry_at ~= '' then redis.call('ZADD', due, retry_at, task_id) end
 if finishing ~= '' then redis.call('XACK', runs, group, finishing) end
@@ -106,10 +131,21 @@ return 1
 )
 
 
+def _unfinished(record: TaskRecord) -> bool:
+    """An unfinished task with a lifetime grant: its key gets no expiry until it ends (see the module)."""
+    return record.grant_ms is not None and not record.terminal
+
+
+def _waiting(record: TaskRecord) -> int | None:
+    """The deadline of ``record``'s wait for input (``None``: it is not waiting, or has no deadline)."""
+    return record.deadline_ms if record.status is TaskStatus.INPUT_REQUIRED else None
+
+
 class ValkeyRecords:
     def __init__(self, topology: Topology, keys: KeySchema, *, owner_places: bool = True) -> None:
         self._client: Any = topology.client
         self._confirming = topology.confirms
+        self._spans_slots = topology.spans_slots
         self.keys = keys
         #: Whether caps keep owners' places (off when the deployment configures no cap: nothing to settle).
         self._places = owner_places
@@ -173,7 +209,7 @@ class ValkeyRecords:
                 args={
                     "task_id": record.task_id,
                     "owner": record.owner,
-                    "expires_at": "" if expires is None else str(expires),
+                    "expires_at": "" if expires is None or _unfinished(record) else str(expires),
                     "tombstone_until": "" if expires is None else str(expires + TOMBSTONE_MS),
                     "idempotency_value": "" if idempotency is None else f"{record.task_id} {idempotency.fingerprint}",
                     "idempotency_window_ms": "" if idempotency is None else str(max(1, idempotency.window_ms)),
@@ -212,23 +248,35 @@ class ValkeyRecords:
         changed, dropped = changes(before, after)
         expires = after.expires_at_ms
         task_id = after.task_id
+        partition = partition_of(task_id)
+        moved = expires is not None and expires != before.expires_at_ms
+        # The tombstone outlives the longest the record ever lived: moved only when the record now lives
+        # longer (a task that ends late and is kept long), so most commits leave it alone.
+        later = expires is not None and before.expires_at_ms is not None and expires > before.expires_at_ms
+        waits, waited = _waiting(after), _waiting(before)
         with unavailable_on_connection_errors():
             outcome = await self._commit(
                 keys={
                     "record": self.keys.task(task_id),
-                    "runs": self.keys.runs(partition_of(task_id)),
+                    "runs": self.keys.runs(partition),
                     "channel": self.keys.task_channel(task_id),
-                    "due": self.keys.due(partition_of(task_id)),
+                    "due": self.keys.due(partition),
+                    "tombstone": self.keys.tombstone(task_id),
+                    "deadlines": self.keys.deadlines(partition),
                 },
                 args={
                     "task_id": task_id,
                     "expect_version": str(before.version),
                     "dropped": " ".join(dropped),
-                    "expires_at": "" if expires is None or expires == before.expires_at_ms else str(expires),
+                    "expires_at": str(expires) if moved else "",
                     "enqueue": "1" if enqueue else "",
                     "finishing": "" if finishing is None else finishing.delivery,
                     "group": self.keys.run_group,
                     "retry_at": "" if retry_at_ms is None else str(retry_at_ms),
+                    "owner": after.owner,
+                    "tombstone_until": str(expires + TOMBSTONE_MS) if later and expires is not None else "",
+                    "deadline_at": str(waits) if waits is not None and waits != waited else "",
+                    "unindex": "1" if waited is not None and waits is None else "",
                 },
                 rest=flat(changed),
             )
@@ -239,6 +287,27 @@ class ValkeyRecords:
             # charged what it keeps now (its result included).
             await self.places.settle(place_of(after))
         return True
+
+    async def overdue(self, now_ms: int, count: int) -> list[TaskRecord]:
+        """Each partition's waits past their deadline (one ``ZRANGEBYSCORE`` per partition, in one
+        pipeline), then their records; an entry whose task is gone, or no longer waits, is dropped."""
+        partitions = list(PARTITION_TAGS) + ([LEGACY_PARTITION] if self._spans_slots else [])
+        with unavailable_on_connection_errors():
+            async with self._client.pipeline(transaction=False) as pipe:
+                for partition in partitions:
+                    pipe.zrangebyscore(self.keys.deadlines(partition), "-inf", now_ms, start=0, num=count)
+                due = [task_id for found in await pipe.execute() for task_id in found][:count]
+            if not due:
+                return []
+            async with self._client.pipeline(transaction=False) as pipe:
+                for task_id in due:
+                    pipe.hgetall(self.keys.task(task_id))
+                fields = await pipe.execute()
+            records = [record_from_fields(found) if found else None for found in fields]
+            for task_id, record in zip(due, records, strict=True):
+                if record is None or _waiting(record) is None:
+                    await self._client.zrem(self.keys.deadlines(partition_of(task_id)), task_id)
+        return [record for record in records if record is not None and _waiting(record) is not None]
 
     async def mark_watched(self, task_id: str) -> None:
         """From now on every commit of the task is published on its channel."""

@@ -140,6 +140,9 @@ class ValkeyTaskStore:
     ) -> bool:
         return await self.records.commit(before, after, enqueue=enqueue, finishing=finishing, retry_at_ms=retry_at_ms)
 
+    async def overdue(self, now_ms: int, count: int) -> list[TaskRecord]:
+        return await self.records.overdue(now_ms, count)
+
     async def next_runs(self, consumer: str, count: int, block_ms: int) -> list[Run]:
         return await self.queue.next_runs(consumer, count, block_ms)
 
