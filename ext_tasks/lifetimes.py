@@ -4,7 +4,7 @@
   ``ttl`` hint, at most ``EXT_TASKS_TASK_MAX_TTL_MS``. It is the ``ttlMs`` of ``CreateTaskResult``.
 * **While unfinished** (``working``, ``input_required``) a task never expires: its record is kept until
   its life's bound (created + the maximum + the grant), and every read is told ``ttlMs`` = its age + the
-  grant (:func:`~ext_tasks.protocol.tasks.reported_ttl`), so ``createdAt + ttlMs`` is always ahead of
+  grant (:func:`~ext_tasks.protocol.task_views.reported_ttl`), so ``createdAt + ttlMs`` is always ahead of
   now, without a write to keep it so.
 * **Bounded**: a task still unfinished at ``createdAt`` + the maximum ends ``failed``; a tool's
   ``timeout_s`` ends a run that takes longer (``failed``, the coroutine cancelled where it runs), and its

@@ -26,7 +26,8 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Final
 
-from .protocol.tasks import TaskRecord, detailed_task_wire
+from .protocol.task_views import detailed_task_wire
+from .protocol.tasks import TaskRecord
 
 logger = logging.getLogger("ext_tasks.notify")
 

@@ -39,17 +39,15 @@ from .protocol.requests import Call, TaskRef, TaskUpdate
 from .protocol.result_types import Complete, CreateTaskResult, GetTaskResult
 from .protocol.resume import digest_arguments
 from .protocol.states import TaskEvent, TaskStatus
+from .protocol.task_views import create_task_result, get_task_result, poll_interval
 from .protocol.tasks import (
     MAX_CAPABILITY_BYTES,
     TaskRecord,
     answers_merged,
     cancelled,
-    create_task_result,
     delivered,
     encoded_size,
-    get_task_result,
     kept_capabilities,
-    poll_interval,
 )
 from .store.base import (
     ActiveLimit,

@@ -28,7 +28,8 @@ from ext_tasks.clock import now_ms
 from ext_tasks.options import TaskOptions
 from ext_tasks.protocol.result_types import DetailedTask, TypedResult
 from ext_tasks.protocol.states import TaskStatus
-from ext_tasks.protocol.tasks import encoded_size, failure_status, iso8601, result_too_large
+from ext_tasks.protocol.task_views import iso8601
+from ext_tasks.protocol.tasks import encoded_size, failure_status, result_too_large
 from ext_tasks.store.base import ActiveLimit, OverCap, OwnerPlaces, Place
 from ext_tasks.task_methods import refusal
 

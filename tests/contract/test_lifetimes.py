@@ -18,15 +18,8 @@ from ext_tasks.lifetimes import Lifetimes
 from ext_tasks.options import TaskOptions, WorkerOptions
 from ext_tasks.protocol.errors import INTERNAL_ERROR
 from ext_tasks.protocol.states import TaskStatus
-from ext_tasks.protocol.tasks import (
-    TaskRecord,
-    answers_merged,
-    cancelled,
-    completed,
-    failed,
-    input_requested,
-    reported_ttl,
-)
+from ext_tasks.protocol.task_views import reported_ttl
+from ext_tasks.protocol.tasks import TaskRecord, answers_merged, cancelled, completed, failed, input_requested
 from ext_tasks.store.base import Expired, TaskStore
 from ext_tasks.store.ids import PARTITION_TAGS, new_task_id
 from ext_tasks.worker import Worker
@@ -46,9 +39,7 @@ def now_ms() -> int:
 
 def fresh(lifetimes: Lifetimes, tool: str, grant_ms: int = GRANT_MS, task_id: str | None = None) -> TaskRecord:
     """A record as ``tasks/create`` makes it: kept to its life's bound, granted ``grant_ms``."""
-    return make_record(
-        task_id, tool=tool, ttl_ms=lifetimes.kept_while_unfinished(grant_ms), grant_ms=grant_ms
-    )
+    return make_record(task_id, tool=tool, ttl_ms=lifetimes.kept_while_unfinished(grant_ms), grant_ms=grant_ms)
 
 
 async def until(check: Callable[[], object], timeout_s: float = WAIT_S, pause_s: float = 0.02) -> None:

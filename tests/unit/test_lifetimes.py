@@ -17,7 +17,8 @@ from ext_tasks.options import TaskOptions
 from ext_tasks.protocol.errors import INTERNAL_ERROR
 from ext_tasks.protocol.resume import ResumeCodec
 from ext_tasks.protocol.states import TaskStatus
-from ext_tasks.protocol.tasks import TaskRecord, cancelled, completed, failed, input_requested, reported_ttl
+from ext_tasks.protocol.task_views import reported_ttl
+from ext_tasks.protocol.tasks import TaskRecord, cancelled, completed, failed, input_requested
 from ext_tasks.store.memory import MemoryTaskStore
 from ext_tasks.task_methods import TaskMethods
 from tests.unit.test_task_policy import ALICE, Clock, call, result

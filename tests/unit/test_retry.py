@@ -22,7 +22,8 @@ from ext_tasks.options import WorkerOptions
 from ext_tasks.protocol.envelope import Envelope
 from ext_tasks.protocol.errors import INTERNAL_ERROR, InvalidParams
 from ext_tasks.protocol.states import TaskStatus
-from ext_tasks.protocol.tasks import META_RETRIES, META_RUN_ATTEMPTS, TaskRecord, attempts_meta, cancelled
+from ext_tasks.protocol.task_views import attempts_meta
+from ext_tasks.protocol.tasks import META_RETRIES, META_RUN_ATTEMPTS, TaskRecord, cancelled
 from ext_tasks.protocol.versions import MODERN_2026_07_28
 from ext_tasks.retry import GiveUp, RetryPlan, plan_retry
 from ext_tasks.store.memory import MemoryTaskStore

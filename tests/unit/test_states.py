@@ -38,18 +38,17 @@ from ext_tasks.protocol.states import (
     mermaid,
     next_status,
 )
+from ext_tasks.protocol.task_views import detailed_task_wire, task_wire
 from ext_tasks.protocol.tasks import (
     TaskRecord,
     answers_merged,
     cancelled,
     completed,
     delivered,
-    detailed_task_wire,
     failed,
     input_requested,
     rerun_requested,
     status_reported,
-    task_wire,
     transition,
 )
 from migration import translate

@@ -16,7 +16,8 @@ from ext_tasks.protocol.errors import INVALID_PARAMS
 from ext_tasks.protocol.jsonrpc import encode
 from ext_tasks.protocol.resume import ResumeCodec
 from ext_tasks.protocol.states import TaskStatus
-from ext_tasks.protocol.tasks import TaskRecord, completed, delivered, poll_interval
+from ext_tasks.protocol.task_views import poll_interval
+from ext_tasks.protocol.tasks import TaskRecord, completed, delivered
 from ext_tasks.replies import JsonReply
 from ext_tasks.store.memory import MemoryTaskStore
 from ext_tasks.task_methods import META_TASK_POLICY, TaskMethods

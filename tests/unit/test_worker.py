@@ -27,7 +27,8 @@ from ext_tasks.protocol.envelope import Envelope
 from ext_tasks.protocol.errors import INTERNAL_ERROR, MISSING_REQUIRED_CLIENT_CAPABILITY, Busy
 from ext_tasks.protocol.requests import PARSERS, Call
 from ext_tasks.protocol.states import TaskStatus
-from ext_tasks.protocol.tasks import TaskRecord, detailed_task_wire
+from ext_tasks.protocol.task_views import detailed_task_wire
+from ext_tasks.protocol.tasks import TaskRecord
 from ext_tasks.protocol.versions import MODERN_2026_07_28
 from ext_tasks.runs import run_envelope
 from ext_tasks.store.base import Run, WatchItem
