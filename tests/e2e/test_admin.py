@@ -17,10 +17,9 @@ import contextlib
 import json
 import time
 import uuid
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 import pytest
 from valkey import Valkey
@@ -33,6 +32,7 @@ from tests.support.admin import (
     sigkill,
 )
 from tests.support.cluster import keygen, running_worker, wait_for
+from tests.support.command_counts import commands, wait_until_quiet
 from tests.support.valkey import running_valkey
 from tests.support.valkey_cluster import ValkeyCluster
 
@@ -245,7 +245,7 @@ def test_a_lifecycle_stays_within_its_valkey_command_budget(
         warm = server.call("instant", {})
         wait_for(lambda: server.get(warm)["result"]["status"] == "completed", WAIT_S)
         counter = Valkey(host="127.0.0.1", port=valkey.port, decode_responses=True)
-        _wait_until_quiet(counter)  # the warm-up task's last step (its place settled) is not counted
+        wait_until_quiet(counter, WAIT_S)  # the warm-up task's last step (its place settled) is not counted
         counter.config_resetstat()
         polls = 0
         for _ in range(LIFECYCLES):
@@ -257,10 +257,10 @@ def test_a_lifecycle_stays_within_its_valkey_command_budget(
                     break
                 assert time.monotonic() < deadline, f"{task_id} not completed"
                 time.sleep(0.001)
-        hot = _commands(counter)
+        hot = commands(counter)
         counter.config_resetstat()
         listing = server.tasks()
-        per_listing = sum(_commands(counter).values())
+        per_listing = sum(commands(counter).values())
         counter.close()  # type: ignore[no-untyped-call]
     per_lifecycle = (sum(hot.values()) - (polls - LIFECYCLES)) / LIFECYCLES
     print(f"\nValkey commands per lifecycle, one poll included: {per_lifecycle:.2f} (budget {budget}; "
@@ -269,29 +269,6 @@ def test_a_lifecycle_stays_within_its_valkey_command_budget(
     assert not {"scan", "xpending", "xrange"} & set(hot)
     assert per_lifecycle <= budget
     assert listing["totals"]["all"] == LIFECYCLES + 1
-
-
-#: What a connection costs once, not a lifecycle: a pool that opens a connection during the window (its
-#: handshake and health check) or a script loaded on first use is not the hot path's cost.
-_CONNECTION_SETUP: Final = ("client|setinfo", "client|setname", "hello", "select", "auth", "ping", "script|load")
-
-
-def _commands(client: Valkey) -> Counter[str]:
-    """Commands run since the last reset (those inside scripts included), but the counter's own and a
-    connection's setup."""
-    stats: dict[str, dict[str, int]] = client.info("commandstats")  # type: ignore[assignment]  # sync client
-    calls = Counter({name.removeprefix("cmdstat_"): int(value["calls"]) for name, value in stats.items()})
-    return calls - Counter({name: calls[name] for name in ("info", "config|resetstat", *_CONNECTION_SETUP)})
-
-
-def _wait_until_quiet(client: Valkey, checks: int = 3, every_s: float = 0.05) -> None:
-    """Until Valkey runs nothing for ``checks`` readings in a row (a finished task's steps all done)."""
-    deadline, last, quiet = time.monotonic() + WAIT_S, sum(_commands(client).values()), 0
-    while quiet < checks:
-        assert time.monotonic() < deadline, "Valkey kept running commands with nothing asked of the server"
-        time.sleep(every_s)
-        now = sum(_commands(client).values())
-        quiet, last = (quiet + 1 if now == last else 0), now
 
 
 def store_url_of(store: str, request: pytest.FixtureRequest, tmp_path: Path) -> Any:

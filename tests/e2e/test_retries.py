@@ -12,7 +12,6 @@ import itertools
 import os
 import signal
 import time
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from tests.e2e.conftest import STORES, store_url_for
 from tests.e2e.retry_tools import ATTEMPTS, BACKOFF
 from tests.e2e.test_balancer import TaskApi, checked_api, result_text
 from tests.support.cluster import Cluster, keygen, running_cluster, wait_for
+from tests.support.command_counts import commands, wait_until_quiet
 from tests.support.processes import ServerProcess, running_server
 from tests.support.valkey import running_valkey
 
@@ -144,16 +144,10 @@ def test_a_retry_whose_instance_was_killed_while_it_waited_runs_on_a_survivor(tm
 MEASURED = 10
 
 
-def _commands(client: Valkey) -> Counter[str]:
-    """Commands run since the last reset (those inside scripts included), but the counter's own."""
-    stats: dict[str, dict[str, int]] = client.info("commandstats")  # type: ignore[assignment]  # sync client
-    calls = Counter({name.removeprefix("cmdstat_"): int(value["calls"]) for name, value in stats.items()})
-    return calls - Counter({"info": calls["info"], "config|resetstat": calls["config|resetstat"]})
-
-
 def _per_task(api: TaskApi, server: ServerProcess, counter: Valkey, tmp_path: Path, failures: int) -> float:
     """Valkey commands per task of ``MEASURED`` tasks failing ``failures`` times each (polls not counted:
     each ``tasks/get`` is one ``HGETALL``)."""
+    wait_until_quiet(counter, WAIT_S)  # the tasks before these all settled
     counter.config_resetstat()
     task_ids = [
         api.create(server.url, "flaky_upstream", {"journal": str(tmp_path / f"{failures}-{n}"), "failures": failures})[
@@ -170,7 +164,7 @@ def _per_task(api: TaskApi, server: ServerProcess, counter: Valkey, tmp_path: Pa
                 break
             assert time.monotonic() < deadline, f"{task_id} not completed\n{server.log()}"
             time.sleep(0.05)
-    counted = _commands(counter)
+    counted = commands(counter)
     print(f"\n{failures} retries per task: {dict(counted)}")
     return (sum(counted.values()) - polls) / MEASURED
 
