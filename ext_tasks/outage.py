@@ -18,10 +18,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import Final, TypeVar
+from typing import Final, TypeVar, Unpack
 
 from .protocol.tasks import TaskRecord
-from .store.base import Records, Run, TaskStoreUnavailable
+from .store.base import Followups, Records, TaskStoreUnavailable
 
 T = TypeVar("T")
 
@@ -53,10 +53,8 @@ async def commit_through_outage(
     after: TaskRecord,
     *,
     now_ms: Callable[[], int],
-    enqueue: bool = False,
-    finishing: Run | None = None,
     deadline: float | None = None,
-    retry_at_ms: int | None = None,
+    **then: Unpack[Followups],
 ) -> bool:
     """``store.commit(before, after, ...)`` through an outage: whether ``after`` was stored (``False``:
     the task changed otherwise, or expired). Past ``deadline`` (``None``: none) the store's
@@ -64,7 +62,7 @@ async def commit_through_outage(
     pause, longest = PAUSE_S
     while True:
         try:
-            return await store.commit(before, after, enqueue=enqueue, finishing=finishing, retry_at_ms=retry_at_ms)
+            return await store.commit(before, after, **then)
         except TaskStoreUnavailable:
             if deadline is not None and time.monotonic() > deadline:
                 raise

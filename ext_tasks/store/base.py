@@ -44,7 +44,7 @@ import asyncio
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import Final, Protocol, TypedDict, Unpack
 
 from ..protocol.tasks import TaskRecord
 from .connection.errors import TaskStoreUnavailable as TaskStoreUnavailable  # raised there, caught from here
@@ -180,6 +180,16 @@ class Run:
 WatchItem = TaskRecord | None
 
 
+class Followups(TypedDict, total=False):
+    """What a commit also does, in the same atomic step as the change: ``enqueue`` queues a run of the
+    task, ``retry_at_ms`` schedules one due then (:meth:`RunQueue.promote_due` queues it), ``finishing``
+    acknowledges the run that produced the change."""
+
+    enqueue: bool
+    finishing: Run | None
+    retry_at_ms: int | None
+
+
 class Records(Protocol):
     async def create(
         self, record: TaskRecord, idempotency: IdempotencyClaim | None = None, limit: ActiveLimit | None = None
@@ -196,19 +206,10 @@ class Records(Protocol):
         to a thousand ids at once)."""
         ...
 
-    async def commit(
-        self,
-        before: TaskRecord,
-        after: TaskRecord,
-        *,
-        enqueue: bool = False,
-        finishing: Run | None = None,
-        retry_at_ms: int | None = None,
-    ) -> bool:
-        """Replace ``before`` by ``after`` if the stored version is still ``before.version``. ``enqueue``
-        queues a run; ``retry_at_ms`` schedules one, due then (:meth:`RunQueue.promote_due` queues it);
-        ``finishing`` acknowledges that run, in the same step. A task that finished (or whose expiry
-        moved) then settles its place, charged the finished record's size."""
+    async def commit(self, before: TaskRecord, after: TaskRecord, **then: Unpack[Followups]) -> bool:
+        """Replace ``before`` by ``after`` if the stored version is still ``before.version``, and do what
+        ``then`` says in the same step (:class:`Followups`). A task that finished (or whose expiry moved)
+        then settles its place, charged the finished record's size."""
         ...
 
 

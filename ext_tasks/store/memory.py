@@ -16,12 +16,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Final
+from typing import Final, Unpack
 
 from ..clock import now_ms
 from ..protocol.states import TaskStatus
 from ..protocol.tasks import TaskRecord
-from .base import TOMBSTONE_MS, ActiveLimit, ExistingTask, Expired, IdempotencyClaim, Run, WatchItem
+from .base import TOMBSTONE_MS, ActiveLimit, ExistingTask, Expired, Followups, IdempotencyClaim, Run, WatchItem
 from .ceilings import CEILING, within_ceiling
 from .listing import Lease, TaskRow, row_of
 from .places import MemoryPlaces, place_changes, place_of
@@ -145,15 +145,8 @@ class MemoryTaskStore:
             return None
         return Expired(tombstone[0])
 
-    async def commit(
-        self,
-        before: TaskRecord,
-        after: TaskRecord,
-        *,
-        enqueue: bool = False,
-        finishing: Run | None = None,
-        retry_at_ms: int | None = None,
-    ) -> bool:
+    async def commit(self, before: TaskRecord, after: TaskRecord, **then: Unpack[Followups]) -> bool:
+        enqueue, finishing, retry_at_ms = then.get("enqueue", False), then.get("finishing"), then.get("retry_at_ms")
         current = await self.lookup(after.task_id)
         if not isinstance(current, TaskRecord) or current.version != before.version:
             return False

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Unpack
 
 import anyio
 import httpx
@@ -36,7 +36,7 @@ from ext_tasks.protocol.resume import ResumeCodec
 from ext_tasks.protocol.states import TaskEvent
 from ext_tasks.protocol.tasks import TaskRecord, transition
 from ext_tasks.replies import StreamReply
-from ext_tasks.store.base import Run
+from ext_tasks.store.base import Followups
 from ext_tasks.store.memory import MemoryTaskStore
 from ext_tasks.task_methods import TaskMethods
 from ext_tasks.worker import Worker
@@ -68,15 +68,7 @@ class ContendedStore(MemoryTaskStore):
         self.losses = losses
         self.lost = 0
 
-    async def commit(
-        self,
-        before: TaskRecord,
-        after: TaskRecord,
-        *,
-        enqueue: bool = False,
-        finishing: Run | None = None,
-        retry_at_ms: int | None = None,
-    ) -> bool:
+    async def commit(self, before: TaskRecord, after: TaskRecord, **then: Unpack[Followups]) -> bool:
         current = await self.lookup(after.task_id)
         if self.losses > 0 and isinstance(current, TaskRecord):
             self.losses -= 1
@@ -84,7 +76,7 @@ class ContendedStore(MemoryTaskStore):
             message = f"{OTHER_WRITER} ({self.lost})"
             other = transition(current, TaskEvent.ANSWERED, current.updated_at_ms, status_message=message)
             assert await super().commit(current, other)
-        return await super().commit(before, after, enqueue=enqueue, finishing=finishing, retry_at_ms=retry_at_ms)
+        return await super().commit(before, after, **then)
 
 
 Waiting = tuple[ContendedStore, httpx.AsyncClient, str]

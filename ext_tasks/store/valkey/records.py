@@ -33,11 +33,11 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from typing import Any, Final, cast
+from typing import Any, Final, Unpack, cast
 
 from ...protocol.states import TaskStatus
 from ...protocol.tasks import TaskRecord
-from ..base import TOMBSTONE_MS, ActiveLimit, ExistingTask, Expired, IdempotencyClaim, OverCap, Run
+from ..base import TOMBSTONE_MS, ActiveLimit, ExistingTask, Expired, Followups, IdempotencyClaim, OverCap
 from ..connection.refusals import unavailable_on_connection_errors
 from ..connection.scripts import Script
 from ..connection.topology import Topology
@@ -236,15 +236,8 @@ class ValkeyRecords:
                 found = await pipe.execute()
         return {task_id: owner for task_id, owner in zip(task_ids, found, strict=True) if owner is not None}
 
-    async def commit(
-        self,
-        before: TaskRecord,
-        after: TaskRecord,
-        *,
-        enqueue: bool = False,
-        finishing: Run | None = None,
-        retry_at_ms: int | None = None,
-    ) -> bool:
+    async def commit(self, before: TaskRecord, after: TaskRecord, **then: Unpack[Followups]) -> bool:
+        enqueue, finishing, retry_at_ms = then.get("enqueue", False), then.get("finishing"), then.get("retry_at_ms")
         changed, dropped = changes(before, after)
         expires = after.expires_at_ms
         task_id = after.task_id

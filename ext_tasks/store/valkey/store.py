@@ -19,11 +19,11 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any
+from typing import Any, Unpack
 
 from ...options import VALKEY_PREFIX
 from ...protocol.tasks import TaskRecord
-from ..base import ActiveLimit, ExistingTask, Expired, IdempotencyClaim, Run, WatchItem
+from ..base import ActiveLimit, ExistingTask, Expired, Followups, IdempotencyClaim, Run, WatchItem
 from ..connection.acks import ReplicaAcks
 from ..connection.channels import ShardedChannels
 from ..connection.jsontext import decode_json
@@ -129,16 +129,8 @@ class ValkeyTaskStore:
     async def owners(self, task_ids: Sequence[str]) -> dict[str, str]:
         return await self.records.owners(task_ids)
 
-    async def commit(
-        self,
-        before: TaskRecord,
-        after: TaskRecord,
-        *,
-        enqueue: bool = False,
-        finishing: Run | None = None,
-        retry_at_ms: int | None = None,
-    ) -> bool:
-        return await self.records.commit(before, after, enqueue=enqueue, finishing=finishing, retry_at_ms=retry_at_ms)
+    async def commit(self, before: TaskRecord, after: TaskRecord, **then: Unpack[Followups]) -> bool:
+        return await self.records.commit(before, after, **then)
 
     async def overdue(self, now_ms: int, count: int) -> list[TaskRecord]:
         return await self.records.overdue(now_ms, count)
