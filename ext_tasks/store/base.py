@@ -48,6 +48,7 @@ from typing import Final, Protocol, TypedDict, Unpack
 
 from ..protocol.tasks import TaskRecord
 from .connection.errors import TaskStoreUnavailable as TaskStoreUnavailable  # raised there, caught from here
+from .gates import FlowGates
 from .ids import partition_of_key
 from .listing import TaskListing
 
@@ -192,10 +193,16 @@ class Followups(TypedDict, total=False):
 
 class Records(Protocol):
     async def create(
-        self, record: TaskRecord, idempotency: IdempotencyClaim | None = None, limit: ActiveLimit | None = None
+        self,
+        record: TaskRecord,
+        idempotency: IdempotencyClaim | None = None,
+        limit: ActiveLimit | None = None,
+        *,
+        start_at_ms: int | None = None,
     ) -> ExistingTask | None:
-        """Create ``record`` (and queue its run); or, if ``idempotency`` names an earlier task, only
-        return that task. With ``limit``, first take the task's place (charged its
+        """Create ``record`` (and queue its run, or with ``start_at_ms`` schedule it due then: a run
+        that waits in a gate's line); or, if ``idempotency`` names an earlier task, only return that
+        task. With ``limit``, first take the task's place (charged its
         :func:`~ext_tasks.protocol.tasks.stored_bytes`): an :class:`OverCap` refusal creates nothing."""
         ...
 
@@ -238,6 +245,11 @@ class RunQueue(Protocol):
 
     async def ack(self, run: Run) -> None: ...
 
+    async def wake(self, task_ids: Sequence[str]) -> int:
+        """Queue the scheduled runs of ``task_ids`` at once, whenever they were due (a gate's place came
+        free for them); a task with no scheduled run is left alone. Returns how many were queued."""
+        ...
+
     async def requeue(self, run: Run) -> None:
         """Give a run back to the queue at once (graceful shutdown), so another worker takes it; it
         comes back as the next attempt."""
@@ -272,6 +284,11 @@ class TaskStore(Records, RunQueue, Broadcast, Claims, InputDeadlines, Protocol):
     def places(self) -> OwnerPlaces:
         """The owners' places, which ``create`` takes and ``commit`` settles; the engine grows a place
         before it merges answers, and the legacy shim counts its own tasks there."""
+        ...
+
+    @property
+    def gates(self) -> FlowGates:
+        """Flow control's gates and token buckets (:mod:`.gates`)."""
         ...
 
     @property

@@ -23,6 +23,7 @@ from ..protocol.states import TaskStatus
 from ..protocol.tasks import TaskRecord
 from .base import TOMBSTONE_MS, ActiveLimit, ExistingTask, Expired, Followups, IdempotencyClaim, Run, WatchItem
 from .ceilings import CEILING, within_ceiling
+from .gates import MemoryGates
 from .listing import Lease, TaskRow, row_of
 from .places import MemoryPlaces, place_changes, place_of
 
@@ -37,6 +38,7 @@ class MemoryTaskStore:
         self._tombstones: dict[str, tuple[str, int]] = {}
         self._idempotency: dict[str, tuple[ExistingTask, int]] = {}
         self.places = MemoryPlaces(self._clock_ms)
+        self.gates = MemoryGates(self._clock_ms)
         self._claims: dict[str, int] = {}
         #: Waits for input with a deadline: the task, and when its wait ends it.
         self._deadlines: dict[str, int] = {}
@@ -100,7 +102,12 @@ class MemoryTaskStore:
         return None
 
     async def create(
-        self, record: TaskRecord, idempotency: IdempotencyClaim | None = None, limit: ActiveLimit | None = None
+        self,
+        record: TaskRecord,
+        idempotency: IdempotencyClaim | None = None,
+        limit: ActiveLimit | None = None,
+        *,
+        start_at_ms: int | None = None,
     ) -> ExistingTask | None:
         now = self._clock_ms()
         if idempotency is not None:
@@ -117,7 +124,10 @@ class MemoryTaskStore:
             self._idempotency[idempotency.key] = (existing, now + idempotency.window_ms)
         if max(len(self._records), len(self._idempotency)) > CEILING:
             self.sweep()
-        self._queue.put_nowait((record.task_id, 0))
+        if start_at_ms is None:
+            self._queue.put_nowait((record.task_id, 0))
+        else:
+            self._scheduled[record.task_id] = start_at_ms
         return None
 
     async def owners(self, task_ids: Sequence[str]) -> dict[str, str]:
@@ -228,6 +238,12 @@ class MemoryTaskStore:
             del self._scheduled[task_id]
             self._queue.put_nowait((task_id, 0))
         return len(due)
+
+    async def wake(self, task_ids: Sequence[str]) -> int:
+        woken = [task_id for task_id in task_ids if self._scheduled.pop(task_id, None) is not None]
+        for task_id in woken:
+            self._queue.put_nowait((task_id, 0))
+        return len(woken)
 
     async def requeue(self, run: Run) -> None:
         self._held.pop(run.delivery, None)

@@ -1,0 +1,147 @@
+"""Flow control's part of the store: gates and token buckets, and the in-memory ledger of both.
+
+A **gate** bounds how many runs hold a place at once (``Gate.limit``): the runs of one tool, of one
+tool for one key (one deploy per service), or of one principal. A run that finds the gate full waits
+in the gate's **line**, in the order it first came; when a place is given back, the runs first in line
+are named so that their scheduled runs can be woken. Nothing here is held by a process:
+
+* a place is held until an instant (``hold``), renewed while its run runs (the worker's heartbeat), so
+  a place held by a worker that died comes back with its lease;
+* a wait in line lapses too (``wait``), unless the run tries again before, so a task that is gone
+  (cancelled, expired) never blocks the line for good.
+
+Entering, renewing and leaving one gate are each one atomic step (here: a method that never awaits; on
+Valkey: one script in the gate's own slot, :mod:`.valkey.gates`), so concurrent runs on any instances
+never hold more places than the limit. Which gates a run passes, and in what order, is decided above
+(:mod:`ext_tasks.flow`).
+
+A **token bucket** bounds a rate (a principal's task creations): ``burst`` tokens, refilled at
+``rate_per_s``; taking one when none is there answers how long until one is.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from ..clock import now_ms
+from .ceilings import CEILING
+
+#: What :meth:`FlowGates.enter` answers when the run entered (else: how many wait ahead of it).
+ENTERED = -1
+
+
+@dataclass(frozen=True, slots=True)
+class Gate:
+    """``name`` says what it bounds (``tool:deploy``, ``tool:deploy:key:billing``, ``principal:<id>``);
+    at most ``limit`` runs hold a place in it at once."""
+
+    name: str
+    limit: int
+
+
+class FlowGates(Protocol):
+    async def enter(self, gate: Gate, task_id: str, *, now_ms: int, hold_ms: int, wait_ms: int) -> int:
+        """Take a place in ``gate`` for ``task_id`` until ``now_ms + hold_ms`` (a place it holds is
+        renewed): :data:`ENTERED`. If the gate is full, or runs that came before wait for the free
+        places, the task waits in line instead (keeping the place in line it had, until
+        ``now_ms + wait_ms``) and the answer is how many runs are ahead of it. Places and waits that
+        lapsed by ``now_ms`` are dropped first."""
+        ...
+
+    async def renew(self, gate: Gate, task_id: str, *, until_ms: int) -> bool:
+        """Keep the task's place until ``until_ms``; ``False`` if it holds none (it lapsed)."""
+        ...
+
+    async def leave(self, gate: Gate, task_id: str, *, now_ms: int) -> list[str]:
+        """Give back the task's place, or its wait in line; the tasks first in line that may enter now
+        (as many as there are free places), to be woken."""
+        ...
+
+    async def take_token(self, bucket: str, *, rate_per_s: float, burst: int, now_ms: int) -> int:
+        """Take a token from ``bucket`` (full at first): 0, or else the milliseconds until one is there."""
+        ...
+
+
+@dataclass(slots=True)
+class _GateState:
+    #: Task -> until when it holds its place.
+    holders: dict[str, int] = field(default_factory=dict)
+    #: Task -> (its turn, until when it waits), in the order they came.
+    line: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    def drop_lapsed(self, now_ms: int) -> None:
+        self.holders = {task: until for task, until in self.holders.items() if until > now_ms}
+        self.line = {task: wait for task, wait in self.line.items() if wait[1] > now_ms}
+
+    def first_in_line(self, count: int) -> list[str]:
+        return [task for task, _ in sorted(self.line.items(), key=lambda item: item[1][0])[: max(0, count)]]
+
+
+class MemoryGates:
+    """Gates and buckets of the embedded store (one process: every method is atomic)."""
+
+    def __init__(self, clock_ms: Callable[[], int] = now_ms) -> None:
+        self._clock_ms = clock_ms
+        self._gates: dict[str, _GateState] = {}
+        self._turns = 0
+        #: Bucket -> (tokens, when they were counted).
+        self._buckets: dict[str, tuple[float, int]] = {}
+
+    async def enter(self, gate: Gate, task_id: str, *, now_ms: int, hold_ms: int, wait_ms: int) -> int:
+        state = self._gates.setdefault(gate.name, _GateState())
+        state.drop_lapsed(now_ms)
+        if task_id in state.holders:
+            state.holders[task_id] = now_ms + hold_ms
+            return ENTERED
+        free = gate.limit - len(state.holders)
+        ahead = state.first_in_line(len(state.line)).index(task_id) if task_id in state.line else len(state.line)
+        if ahead < free:
+            state.line.pop(task_id, None)
+            state.holders[task_id] = now_ms + hold_ms
+            return ENTERED
+        turn = state.line[task_id][0] if task_id in state.line else self._next_turn()
+        state.line[task_id] = (turn, now_ms + wait_ms)
+        return ahead
+
+    def _next_turn(self) -> int:
+        self._turns += 1
+        return self._turns
+
+    async def renew(self, gate: Gate, task_id: str, *, until_ms: int) -> bool:
+        state = self._gates.get(gate.name)
+        if state is None or state.holders.get(task_id, 0) <= self._clock_ms():
+            return False
+        state.holders[task_id] = until_ms
+        return True
+
+    async def leave(self, gate: Gate, task_id: str, *, now_ms: int) -> list[str]:
+        state = self._gates.get(gate.name)
+        if state is None:
+            return []
+        state.holders.pop(task_id, None)
+        state.line.pop(task_id, None)
+        state.drop_lapsed(now_ms)
+        if not state.holders and not state.line:
+            del self._gates[gate.name]
+            return []
+        return state.first_in_line(gate.limit - len(state.holders))
+
+    async def take_token(self, bucket: str, *, rate_per_s: float, burst: int, now_ms: int) -> int:
+        tokens, counted_at = self._buckets.get(bucket, (float(burst), now_ms))
+        tokens = min(float(burst), tokens + max(0, now_ms - counted_at) * rate_per_s / 1000)
+        if tokens >= 1:
+            self._buckets[bucket] = (tokens - 1, now_ms)
+            self._forget_full_buckets(rate_per_s, burst, now_ms)
+            return 0
+        self._buckets[bucket] = (tokens, now_ms)
+        return math.ceil((1 - tokens) * 1000 / rate_per_s)
+
+    def _forget_full_buckets(self, rate_per_s: float, burst: int, now_ms: int) -> None:
+        """A bucket full again is no different from one never used: forget those, past the ceiling."""
+        if len(self._buckets) <= CEILING:
+            return
+        refill_ms = burst * 1000 / rate_per_s
+        self._buckets = {name: kept for name, kept in self._buckets.items() if now_ms - kept[1] < refill_ms}
