@@ -48,7 +48,6 @@ from typing import Final, Protocol, TypedDict, Unpack
 
 from ..protocol.tasks import TaskRecord
 from .connection.errors import TaskStoreUnavailable as TaskStoreUnavailable  # raised there, caught from here
-from .gates import FlowGates
 from .ids import partition_of_key
 from .listing import TaskListing
 
@@ -189,6 +188,42 @@ class Followups(TypedDict, total=False):
     enqueue: bool
     finishing: Run | None
     retry_at_ms: int | None
+
+
+#: What :meth:`FlowGates.enter` answers when the run entered (else: how many wait ahead of it).
+ENTERED = -1
+
+
+@dataclass(frozen=True, slots=True)
+class Gate:
+    """``name`` says what it bounds (``tool:deploy``, ``tool:deploy:key:billing``, ``principal:<id>``);
+    at most ``limit`` runs hold a place in it at once."""
+
+    name: str
+    limit: int
+
+
+class FlowGates(Protocol):
+    async def enter(self, gate: Gate, task_id: str, *, now_ms: int, hold_ms: int, wait_ms: int) -> int:
+        """Take a place in ``gate`` for ``task_id`` until ``now_ms + hold_ms`` (a place it holds is
+        renewed): :data:`ENTERED`. If the gate is full, or runs that came before wait for the free
+        places, the task waits in line instead (keeping the place in line it had, until
+        ``now_ms + wait_ms``) and the answer is how many runs are ahead of it. Places and waits that
+        lapsed by ``now_ms`` are dropped first."""
+        ...
+
+    async def renew(self, gate: Gate, task_id: str, *, until_ms: int) -> bool:
+        """Keep the task's place until ``until_ms``; ``False`` if it holds none (it lapsed)."""
+        ...
+
+    async def leave(self, gate: Gate, task_id: str, *, now_ms: int) -> list[str]:
+        """Give back the task's place, or its wait in line; the tasks first in line that may enter now
+        (as many as there are free places), to be woken."""
+        ...
+
+    async def take_token(self, bucket: str, *, rate_per_s: float, burst: int, now_ms: int) -> int:
+        """Take a token from ``bucket`` (full at first): 0, or else the milliseconds until one is there."""
+        ...
 
 
 class Records(Protocol):

@@ -1,4 +1,5 @@
-"""Flow control's part of the store: gates and token buckets, and the in-memory ledger of both.
+"""Flow control's part of the store: gates and token buckets (:class:`~.base.FlowGates`), and the
+in-memory ledger of both.
 
 A **gate** bounds how many runs hold a place at once (``Gate.limit``): the runs of one tool, of one
 tool for one key (one deploy per service), or of one principal. A run that finds the gate full waits
@@ -24,45 +25,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from ..clock import now_ms
+from .base import ENTERED as ENTERED  # where callers found them first
+from .base import FlowGates as FlowGates
+from .base import Gate as Gate
 from .ceilings import CEILING
-
-#: What :meth:`FlowGates.enter` answers when the run entered (else: how many wait ahead of it).
-ENTERED = -1
-
-
-@dataclass(frozen=True, slots=True)
-class Gate:
-    """``name`` says what it bounds (``tool:deploy``, ``tool:deploy:key:billing``, ``principal:<id>``);
-    at most ``limit`` runs hold a place in it at once."""
-
-    name: str
-    limit: int
-
-
-class FlowGates(Protocol):
-    async def enter(self, gate: Gate, task_id: str, *, now_ms: int, hold_ms: int, wait_ms: int) -> int:
-        """Take a place in ``gate`` for ``task_id`` until ``now_ms + hold_ms`` (a place it holds is
-        renewed): :data:`ENTERED`. If the gate is full, or runs that came before wait for the free
-        places, the task waits in line instead (keeping the place in line it had, until
-        ``now_ms + wait_ms``) and the answer is how many runs are ahead of it. Places and waits that
-        lapsed by ``now_ms`` are dropped first."""
-        ...
-
-    async def renew(self, gate: Gate, task_id: str, *, until_ms: int) -> bool:
-        """Keep the task's place until ``until_ms``; ``False`` if it holds none (it lapsed)."""
-        ...
-
-    async def leave(self, gate: Gate, task_id: str, *, now_ms: int) -> list[str]:
-        """Give back the task's place, or its wait in line; the tasks first in line that may enter now
-        (as many as there are free places), to be woken."""
-        ...
-
-    async def take_token(self, bucket: str, *, rate_per_s: float, burst: int, now_ms: int) -> int:
-        """Take a token from ``bucket`` (full at first): 0, or else the milliseconds until one is there."""
-        ...
 
 
 @dataclass(slots=True)
