@@ -28,6 +28,7 @@ from .auth import AnonymousAuthenticator, Authenticator, BearerTokenAuthenticato
 from .auth.oauth import OAuthAuthenticator
 from .config import ConfigError, Settings
 from .engine import Engine
+from .flow import FlowControl
 from .lifetimes import Lifetimes
 from .metrics import STORE_ACCEPTS_WRITES
 from .protocol.errors import Busy
@@ -191,7 +192,12 @@ def build_engine(
         registry,
         codec,
         settings.engine,
-        tasks=TaskMethods(store, settings.tasks, lifetimes=Lifetimes(settings.tasks, registry.find_tool)),
+        tasks=TaskMethods(
+            store,
+            settings.tasks,
+            lifetimes=Lifetimes(settings.tasks, registry.find_tool),
+            flow=build_flow(registry, settings, store),
+        ),
         waits=waits,
         claim_once=claim_once,
         # Results that depend on who asks must not be shared by caches between callers.
@@ -200,7 +206,14 @@ def build_engine(
 
 
 def build_worker(registry: ToolRegistry, settings: Settings, store: TaskStore) -> Worker:
-    return Worker(store, registry, settings.worker, lifetimes=Lifetimes(settings.tasks, registry.find_tool))
+    lifetimes = Lifetimes(settings.tasks, registry.find_tool)
+    return Worker(store, registry, settings.worker, lifetimes=lifetimes, flow=build_flow(registry, settings, store))
+
+
+def build_flow(registry: ToolRegistry, settings: Settings, store: TaskStore) -> FlowControl:
+    """Flow control over the store's gates: a place is held as long as a worker's lease."""
+    hold_ms = int(settings.worker.lease_s * 1000)
+    return FlowControl(store.gates, store, settings.tasks, registry.find_tool, hold_ms=hold_ms)
 
 
 def build_sessions(settings: Settings, shared: SharedValkey | None = None) -> SessionStore:

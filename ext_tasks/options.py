@@ -12,6 +12,7 @@ read.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import ClassVar, Final
 
@@ -79,6 +80,18 @@ class TaskOptions(Section):
     max_stored_bytes: int = Field(256 * 1024 * 1024, ge=0)
     #: Refuse (429) a ``tasks/get`` sooner than half the advertised ``pollIntervalMs`` after the last one.
     poll_rate_limit: bool = False
+    #: Tasks of one principal running (or queued to run) at once, over the fleet (0: no cap). The rest
+    #: wait in the principal's own line, outside the shared queue: another principal's runs never queue
+    #: behind one principal's flood (``ext_tasks.flow``).
+    max_running_per_principal: int = Field(0, ge=0)
+    #: Tasks one principal may create a second, over the fleet (0: no cap): a token bucket in the store.
+    create_rate_per_principal: float = Field(0.0, ge=0)
+    #: Creations one principal may make at once past that rate (0: the rate, at least 1).
+    create_burst_per_principal: int = Field(0, ge=0)
+
+    @property
+    def create_burst(self) -> int:
+        return self.create_burst_per_principal or max(1, math.ceil(self.create_rate_per_principal))
 
     @property
     def idempotency_window_ms(self) -> int:

@@ -3,12 +3,21 @@
 
 from __future__ import annotations
 
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
 import msgspec
 
+from .lifecycle import task_event
+from .outage import OUTAGE_S, commit_through_outage
 from .protocol.envelope import Envelope
-from .protocol.tasks import TaskRecord
+from .protocol.states import TaskEvent
+from .protocol.tasks import TaskRecord, status_reported
 from .protocol.versions import MODERN_2026_07_28
-from .store.base import Run
+from .store.base import Records, Run, TaskStoreUnavailable
+
+logger = logging.getLogger("ext_tasks.worker")
 
 
 def run_envelope(record: TaskRecord) -> Envelope:
@@ -46,3 +55,26 @@ class RunInProgress:
         if self.stored.attempts == self.run.attempt:
             return self.stored
         return msgspec.structs.replace(self.stored, attempts=self.run.attempt)
+
+
+def status_reporter(
+    store: Records, holder: RunInProgress, clock_ms: Callable[[], int]
+) -> Callable[[str], Awaitable[None]]:
+    """What ``ctx.report_status`` does in a run: commit the message (through an outage of up to
+    :data:`~.outage.OUTAGE_S`); one that still cannot be stored is skipped, the run goes on."""
+
+    async def set_status(message: str) -> None:
+        current, stored = holder.working, holder.stored
+        assert stored is not None
+        updated = status_reported(current, message, clock_ms())
+        deadline = time.monotonic() + OUTAGE_S
+        try:
+            stored_now = await commit_through_outage(store, stored, updated, now_ms=clock_ms, deadline=deadline)
+        except TaskStoreUnavailable:  # progress, not the outcome: the run goes on without it
+            logger.warning("status message of %s not stored: the task store was unavailable", current.task_id)
+            return
+        if stored_now:
+            task_event(current.status, TaskEvent.STATUS_REPORTED, updated)
+            holder.stored = updated
+
+    return set_status

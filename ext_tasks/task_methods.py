@@ -26,10 +26,13 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Final, Protocol
 
+from msgspec.structs import replace
+
 from . import tracing, tracing_tasks
 from .auth import Principal, grant_of
 from .clock import now_ms
 from .context import Emit
+from .flow import FlowControl
 from .lifecycle import principal_tag, task_event
 from .lifetimes import Lifetimes
 from .options import TaskOptions
@@ -44,6 +47,7 @@ from .protocol.tasks import (
     MAX_CAPABILITY_BYTES,
     TaskRecord,
     answers_merged,
+    bounded_status,
     cancelled,
     delivered,
     encoded_size,
@@ -132,8 +136,11 @@ class TaskMethods:
         clock_ms: Callable[[], int] = now_ms,
         commit_budget_s: float = COMMIT_BUDGET_S,
         lifetimes: Lifetimes | None = None,
+        flow: FlowControl | None = None,
     ) -> None:
         self.store = store
+        #: The gates a task takes its places in when it is created, and the creation rate.
+        self.flow = flow
         self.options = options or TaskOptions()
         #: How long tasks are kept (the server's settings and, when given, each tool's own).
         self.lifetimes = lifetimes or Lifetimes(self.options)
@@ -199,18 +206,34 @@ class TaskMethods:
             # The creating request's span, which the task's runs continue (tracing on only).
             trace_context=tracing.current_traceparent() if traced else None,
         )
+        waiting = None
+        if self.flow is not None:
+            await self.flow.take_creation(principal.id)
+            # A gate full: created waiting in its line, never in the shared queue (``ext_tasks.flow``).
+            if waiting := await self.flow.enter(record):
+                record = replace(
+                    record, status_message=bounded_status(waiting.message), retry_at_ms=waiting.retry_at_ms
+                )
         limit = self._limit(now)
+        start_at = waiting.retry_at_ms if waiting is not None else None
         try:
-            existing = await self.store.create(record, claim, limit if limit.counts else None)
+            existing = await self.store.create(record, claim, limit if limit.counts else None, start_at_ms=start_at)
         except OverCap as over:
+            await self._leave_gates(record)
             raise refusal(over, options) from None
         if existing is not None:
             assert claim is not None
+            await self._leave_gates(record)
             return await self._resent(existing, claim, principal)
         if traced:
             tracing_tasks.name_task(record.task_id)
         task_event(None, TaskEvent.CREATED, record, ttl_ms=ttl_ms)
         return create_task_result(record, now)
+
+    async def _leave_gates(self, record: TaskRecord) -> None:
+        """Give back the places of a task that was not created after all."""
+        if self.flow is not None:
+            await self.flow.leave(record)
 
     def _limit(self, now_ms: int) -> ActiveLimit:
         options = self.options

@@ -21,7 +21,6 @@ Changing the registered set after start (``remove_tool`` and friends) notifies l
 from __future__ import annotations
 
 import inspect
-import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
@@ -29,12 +28,12 @@ from typing import Any, Literal, TypeVar
 from pydantic import Field
 
 from .auth import check_scopes
+from .catalog import Fn, Prompt, Resource, ResourceTemplate, template_pattern
 from .context import Context
 from .retention import Retention
 from .retry import Retry
 from .signatures import Signature
 
-Fn = Callable[..., Awaitable[Any]]
 F = TypeVar("F", bound=Fn)
 T = TypeVar("T")
 ChangeKind = Literal["tools", "prompts", "resources", "resource"]
@@ -81,6 +80,10 @@ class Tool:
     scopes: tuple[str, ...] = ()
     #: Inside a task: run again, with backoff, after an exception the policy names (``None``: never).
     retry: Retry | None = None
+    #: Runs of the tool at once over the fleet (per key, with ``concurrency_key``); ``None``: no bound.
+    concurrency: int | None = None
+    #: The key runs are bounded by, from the arguments (``lambda args: args["service"]``).
+    concurrency_key: Callable[[Mapping[str, Any]], object] | None = None
 
     def describe(self) -> dict[str, Any]:
         described: dict[str, Any] = {
@@ -111,77 +114,6 @@ class Tool:
                 kwargs[self.signature.context_param] = ctx
             return kwargs
         return self.signature.bind(arguments, ctx)
-
-
-@dataclass
-class Prompt:
-    name: str
-    fn: Fn
-    description: str
-    signature: Signature
-    title: str | None = None
-
-    def describe(self) -> dict[str, Any]:
-        schema = self.signature.json_schema()
-        required = set(schema.get("required", ()))
-        arguments = []
-        for name, spec in schema["properties"].items():
-            argument: dict[str, Any] = {"name": name, "required": name in required}
-            if "description" in spec:
-                argument["description"] = spec["description"]
-            arguments.append(argument)
-        described: dict[str, Any] = {"name": self.name, "description": self.description, "arguments": arguments}
-        if self.title:
-            described["title"] = self.title
-        return described
-
-
-@dataclass
-class Resource:
-    uri: str
-    fn: Fn
-    name: str
-    description: str
-    mime_type: str | None
-    signature: Signature
-
-    def describe(self) -> dict[str, Any]:
-        described: dict[str, Any] = {"uri": self.uri, "name": self.name, "description": self.description}
-        if self.mime_type:
-            described["mimeType"] = self.mime_type
-        return described
-
-
-@dataclass
-class ResourceTemplate:
-    uri_template: str
-    fn: Fn
-    name: str
-    description: str
-    mime_type: str | None
-    signature: Signature
-    pattern: re.Pattern[str]
-
-    def describe(self) -> dict[str, Any]:
-        described: dict[str, Any] = {
-            "uriTemplate": self.uri_template,
-            "name": self.name,
-            "description": self.description,
-        }
-        if self.mime_type:
-            described["mimeType"] = self.mime_type
-        return described
-
-    def match(self, uri: str) -> dict[str, str] | None:
-        found = self.pattern.fullmatch(uri)
-        return None if found is None else found.groupdict()
-
-
-def _template_pattern(uri_template: str) -> re.Pattern[str]:
-    """RFC 6570 level 1: each ``{name}`` matches one path segment."""
-    parts = re.split(r"\{(\w+)\}", uri_template)
-    regex = "".join(re.escape(part) if index % 2 == 0 else f"(?P<{part}>[^/]+)" for index, part in enumerate(parts))
-    return re.compile(regex)
 
 
 Completer = Callable[[str, str, Mapping[str, str]], Awaitable[list[str]]]
@@ -221,6 +153,8 @@ class ToolRegistry:
         input_timeout_s: float | None = None,
         retention: Retention | None = None,
         retry: Retry | None = None,
+        concurrency: int | None = None,
+        concurrency_key: Callable[[Mapping[str, Any]], object] | None = None,
     ) -> Callable[[F], F]:
         """Register an async function as a tool.
 
@@ -241,7 +175,9 @@ class ToolRegistry:
         ``retry=Retry(attempts=5, backoff=Backoff(...), on=(TransientError,))``: inside a task, an
         exception among ``on`` schedules the next attempt after the backoff (the task stays ``working``);
         past the last attempt the task ends ``failed``. A ``ToolError`` is retried only if ``on`` names
-        it (see :mod:`ext_tasks.retry`).
+        it (see :mod:`ext_tasks.retry`). ``concurrency=N``: at most N runs at once over the fleet, the
+        others wait ``working``, in order; with ``concurrency_key=lambda args: args["service"]``, N (default
+        1) per key: one deploy per service (see :mod:`ext_tasks.flow`).
         """
         required_scopes = scope_tokens(scopes)
         if task not in ("forbidden", "optional", "required"):
@@ -253,6 +189,12 @@ class ToolRegistry:
             numeric = isinstance(seconds, int | float) and not isinstance(seconds, bool)
             if seconds is not None and (not numeric or seconds <= 0):
                 raise ValueError(f"{label} must be a positive number of seconds")
+        if concurrency is not None and (
+            isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
+        ):
+            raise ValueError("concurrency must be a positive integer number of runs")
+        if concurrency_key is not None and not callable(concurrency_key):
+            raise ValueError("concurrency_key must be a function of the arguments")
 
         def register(fn: F) -> F:
             signature = Signature.of(fn, raw_schema=input_schema is not None)
@@ -281,6 +223,8 @@ class ToolRegistry:
                 input_timeout_s=input_timeout_s,
                 retention=retention,
                 retry=retry,
+                concurrency=concurrency if concurrency is not None or concurrency_key is None else 1,
+                concurrency_key=concurrency_key,
             )
             self.add_tool(tool)
             return fn
@@ -326,7 +270,7 @@ class ToolRegistry:
                 description or inspect.getdoc(fn) or "",
                 mime_type,
                 Signature.of(fn),
-                _template_pattern(uri_template),
+                template_pattern(uri_template),
             )
             self.templates[uri_template] = template
             self._changed("resources")

@@ -96,6 +96,7 @@ _OUTCOMES: Final = {
     TaskEvent.INPUT_REQUESTED: "input_required",
     TaskEvent.RERUN_REQUESTED: "rerun",
     TaskEvent.RETRY_SCHEDULED: "retry_scheduled",
+    TaskEvent.RUN_DEFERRED: "deferred",
 }
 
 

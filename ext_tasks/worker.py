@@ -46,12 +46,13 @@ from .auth import principal_from_grant
 from .cancel_watch import stop_when_cancelled
 from .clock import now_ms
 from .context import Context, InputRequired, RetryLater, missing_capabilities
+from .flow import FlowControl, RunPlaces, Waiting
 from .invoke import invoke_tool
 from .lifecycle import task_event
 from .lifetimes import Lifetimes, OverdueSweep, RunTimedOut
 from .metrics import LEASE_RECLAIMS, QUEUE_DEPTH
 from .options import TaskOptions, WorkerOptions
-from .outage import OUTAGE_S, commit_through_outage, through_outage
+from .outage import commit_through_outage, through_outage
 from .protocol.errors import InternalError, MissingClientCapability, ProtocolError
 from .protocol.states import TaskEvent, TaskStatus
 from .protocol.tasks import (
@@ -61,9 +62,9 @@ from .protocol.tasks import (
     input_requested,
     rerun_requested,
     result_too_large,
-    status_reported,
+    run_deferred,
 )
-from .runs import RunInProgress, run_envelope
+from .runs import RunInProgress, run_envelope, status_reporter
 from .scheduled import DueRuns, retry_outcome
 from .store.base import Broadcast, InputDeadlines, Records, Run, RunQueue, TaskStoreUnavailable
 from .tools import ToolRegistry
@@ -94,8 +95,12 @@ class Worker:
         consumer: str | None = None,
         clock_ms: Callable[[], int] = now_ms,
         lifetimes: Lifetimes | None = None,
+        flow: FlowControl | None = None,
     ) -> None:
         self.store = store
+        #: The gates runs pass (``None``: no flow control), and the runs in progress that hold places.
+        self.flow = flow
+        self._places = RunPlaces(flow) if flow is not None else None
         self.registry = registry
         self.options = options or WorkerOptions()
         self.lifetimes = lifetimes or Lifetimes(TaskOptions(), registry.find_tool, clock_ms=clock_ms)
@@ -217,6 +222,8 @@ class Worker:
             with contextlib.suppress(TaskStoreUnavailable):
                 for run in await self.store.heartbeat(self.consumer, runs):
                     self._stop_lost(run)
+                if self._places is not None:
+                    await self._places.renew()
                 if time.monotonic() >= depth_due:
                     depth_due = time.monotonic() + _DEPTH_EVERY_S
                     QUEUE_DEPTH.set(await self.store.queue_depth())
@@ -268,6 +275,8 @@ class Worker:
         run = holder.run
         record = await through_outage(lambda: self.store.lookup(run.task_id))
         if not isinstance(record, TaskRecord) or record.status is not TaskStatus.WORKING:
+            if isinstance(record, TaskRecord) and record.terminal and self.flow is not None:
+                await self.flow.leave(record)  # ended while it waited in a gate's line: its turn goes
             return None
         holder.stored = record
         attempt = partial(self._attempt, holder, record)
@@ -283,6 +292,28 @@ class Worker:
             task_event(record.status, TaskEvent.FAILED, outcome, attempts=interrupted)
             tracing_tasks.run_outcome(span, TaskEvent.FAILED, run.attempt, outcome.error)
             return outcome
+        if self.flow is None or self._places is None:
+            return await self._run_attempt(holder, record, span)
+        if waiting := await self.flow.enter(record):
+            return await self._defer(holder, waiting, span)
+        key = (run.task_id, run.delivery)
+        async with self._places.held(key, record, taken_over=lambda: key in self._lost):
+            return await self._run_attempt(holder, record, span)
+
+    async def _defer(self, holder: RunInProgress, waiting: Waiting, span: Span | None) -> TaskRecord | None:
+        """A gate is full: the run waits in its line, scheduled (woken when a place comes free)."""
+        deferred = run_deferred(holder.working, waiting.message, waiting.retry_at_ms, self._clock_ms())
+        if not await self._commit(holder, deferred, retry_at_ms=waiting.retry_at_ms):
+            assert self.flow is not None and holder.stored is not None
+            await self.flow.leave(holder.stored)  # the task changed meanwhile (cancelled): its turn goes
+            return None
+        self._due.add(deferred.task_id, waiting.retry_at_ms)
+        task_event(TaskStatus.WORKING, TaskEvent.RUN_DEFERRED, deferred)
+        tracing_tasks.run_outcome(span, TaskEvent.RUN_DEFERRED, holder.run.attempt)
+        return deferred
+
+    async def _run_attempt(self, holder: RunInProgress, record: TaskRecord, span: Span | None) -> TaskRecord | None:
+        run = holder.run
         task_event(record.status, TaskEvent.RUN_STARTED, holder.working, attempt=run.attempt)
         event, outcome = await self._outcome(holder)
         outcome = self.lifetimes.fit(record, outcome)  # a retention from its end, a wait's deadline
@@ -325,29 +356,13 @@ class Worker:
                 record, InternalError(f"Tool {record.tool!r} is no longer served").to_error(), self._clock_ms()
             )
 
-        async def set_status(message: str) -> None:
-            current, stored = holder.working, holder.stored
-            assert stored is not None
-            updated = status_reported(current, message, self._clock_ms())
-            deadline = time.monotonic() + OUTAGE_S
-            try:
-                stored_now = await commit_through_outage(
-                    self.store, stored, updated, now_ms=self._clock_ms, deadline=deadline
-                )
-            except TaskStoreUnavailable:  # progress, not the outcome: the run goes on without it
-                logger.warning("status message of %s not stored: the task store was unavailable", record.task_id)
-                return
-            if stored_now:
-                task_event(current.status, TaskEvent.STATUS_REPORTED, updated)
-                holder.stored = updated
-
         ctx = Context(
             principal=principal_from_grant(record.owner, record.grant),
             envelope=run_envelope(record),
             answers=record.answers,
             state=record.state,
             task_id=record.task_id,
-            on_status=set_status,
+            on_status=status_reporter(self.store, holder, self._clock_ms),
         )
         try:
             result = await self.lifetimes.within_limit(record, tool, invoke_tool(tool, record.arguments, ctx))

@@ -42,6 +42,7 @@ class TaskEvent(StrEnum):
     INPUT_PROVIDED = "input_provided"  # the last outstanding request is answered; run again
     RERUN_REQUESTED = "rerun_requested"  # a state-only input_required: nothing to ask, run again with the state
     RETRY_SCHEDULED = "retry_scheduled"  # the attempt failed transiently: the next one is scheduled in the store
+    RUN_DEFERRED = "run_deferred"  # a gate of flow control was full: the run waits in its line, scheduled
     SUCCEEDED = "succeeded"  # the function returned (an isError tool result included)
     FAILED = "failed"  # a JSON-RPC-level error, or the run was lost too often
     CANCEL_REQUESTED = "cancel_requested"  # tasks/cancel
@@ -80,6 +81,7 @@ TABLE: Final[tuple[Edge, ...]] = (
     Edge(_W, TaskEvent.STATUS_REPORTED, _W, None),
     Edge(_W, TaskEvent.RERUN_REQUESTED, _W, "task.rerun"),
     Edge(_W, TaskEvent.RETRY_SCHEDULED, _W, "task.retry_scheduled"),
+    Edge(_W, TaskEvent.RUN_DEFERRED, _W, "task.run_deferred"),
     Edge(_W, TaskEvent.INPUT_REQUESTED, _I, "task.input_requested"),
     *(Edge(_W, event, target, log) for event, target, log in _ENDINGS),
     Edge(_I, TaskEvent.ANSWERED, _I, "task.answered"),

@@ -267,6 +267,20 @@ def retry_scheduled(record: TaskRecord, status_message: str, due_at_ms: int, now
     )
 
 
+def run_deferred(record: TaskRecord, status_message: str, due_at_ms: int, now_ms: int) -> TaskRecord:
+    """The run found a gate of flow control full and waits in its line, tried again at ``due_at_ms`` (or
+    woken sooner, when a place comes free): the task stays ``working``, saying what it waits for. Not an
+    attempt: neither the retries nor the crash count move."""
+    return transition(
+        record,
+        TaskEvent.RUN_DEFERRED,
+        now_ms,
+        status_message=bounded_status(status_message),
+        retry_at_ms=due_at_ms,
+        attempts=0,
+    )
+
+
 def answers_merged(record: TaskRecord, responses: Mapping[str, dict[str, Any]], now_ms: int) -> TaskRecord | None:
     """Merge answers for *outstanding* keys (others are ignored, as the spec asks).
 

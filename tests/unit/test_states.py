@@ -121,6 +121,7 @@ EXPECTED_ROWS: dict[tuple[TaskStatus | None, TaskEvent], tuple[TaskStatus, str |
     (_W, TaskEvent.STATUS_REPORTED): (_W, None),
     (_W, TaskEvent.RERUN_REQUESTED): (_W, "task.rerun"),
     (_W, TaskEvent.RETRY_SCHEDULED): (_W, "task.retry_scheduled"),
+    (_W, TaskEvent.RUN_DEFERRED): (_W, "task.run_deferred"),
     (_W, TaskEvent.INPUT_REQUESTED): (_I, "task.input_requested"),
     (_W, TaskEvent.SUCCEEDED): (_C, "task.completed"),
     (_W, TaskEvent.FAILED): (_F, "task.failed"),
@@ -170,7 +171,13 @@ def test_the_table_follows_the_spec_state_machine() -> None:
     # Bookkeeping that leaves the status as it is: a run started, a status message, a state-only rerun, a
     # retry scheduled (the task is working while it waits), a partial answer, and the first delivery of
     # an outcome.
-    events = (TaskEvent.RUN_STARTED, TaskEvent.STATUS_REPORTED, TaskEvent.RERUN_REQUESTED, TaskEvent.RETRY_SCHEDULED)
+    events = (
+        TaskEvent.RUN_STARTED,
+        TaskEvent.STATUS_REPORTED,
+        TaskEvent.RERUN_REQUESTED,
+        TaskEvent.RETRY_SCHEDULED,
+        TaskEvent.RUN_DEFERRED,  # a run waiting in a gate's line
+    )
     for event in events:
         assert TRANSITIONS[(TaskStatus.WORKING, event)] is TaskStatus.WORKING
     assert TRANSITIONS[(TaskStatus.INPUT_REQUIRED, TaskEvent.ANSWERED)] is TaskStatus.INPUT_REQUIRED
@@ -521,7 +528,14 @@ def test_the_metric_counts_entries_into_a_status_as_it_always_did() -> None:
         "task.cancelled": "cancelled",
     }
     staying = {row.log for row in TABLE if row.enters is None}
-    assert staying == {None, "task.rerun", "task.retry_scheduled", "task.answered", "task.result_retrieved"}
+    assert staying == {
+        None,
+        "task.rerun",
+        "task.retry_scheduled",
+        "task.run_deferred",
+        "task.answered",
+        "task.result_retrieved",
+    }
 
 
 def _transitions(status: str) -> float:
