@@ -1,0 +1,275 @@
+"""Flow control on the in-memory store, through the engine and a running worker: what a tool author and
+an operator rely on.
+
+* ``concurrency_key``: never two runs of one key at once (the tool itself records what overlaps);
+  the others wait ``working``, saying what they wait for, and start in the order they came.
+* ``concurrency=N``: never more than N at once.
+* ``EXT_TASKS_MAX_RUNNING_PER_PRINCIPAL``: one principal's runs past the cap wait in its own line while
+  another principal's run starts at once.
+* The creation rate: 429 with ``Retry-After`` past the burst, allowed again once the rate refills.
+* A waiting task cancelled gives its turn up; a place whose holder died comes back when its hold lapses.
+* With nothing configured, flow control takes no gate at all.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import pytest
+
+from ext_tasks import Principal, ToolRegistry
+from ext_tasks.clock import now_ms
+from ext_tasks.engine import Engine
+from ext_tasks.flow import FlowControl
+from ext_tasks.lifetimes import Lifetimes
+from ext_tasks.options import TaskOptions, WorkerOptions
+from ext_tasks.protocol.errors import INVALID_PARAMS, LIMIT_EXCEEDED
+from ext_tasks.protocol.resume import ResumeCodec
+from ext_tasks.store.base import Gate
+from ext_tasks.store.memory import MemoryTaskStore
+from ext_tasks.task_methods import TaskMethods
+from ext_tasks.worker import Worker
+from tests.support.watching import until
+from tests.unit.test_task_policy import ALICE, BOB, Clock, call, error, result
+
+pytestmark = pytest.mark.anyio
+
+WAIT_S = 10
+CAROL = Principal("carol")
+
+
+class Overlaps:
+    """What the tools record: how many runs of each key are running now, the most ever seen, the
+    order runs started in, and a gate the test opens to let runs finish."""
+
+    def __init__(self) -> None:
+        self.running: dict[str, int] = defaultdict(int)
+        self.most: dict[str, int] = defaultdict(int)
+        self.started: list[str] = []
+        self.release = anyio.Event()
+        #: Set (and replaced) each time a run starts.
+        self.changed = anyio.Event()
+
+    async def run(self, key: str, label: str) -> str:
+        self.running[key] += 1
+        self.most[key] = max(self.most[key], self.running[key])
+        self.started.append(label)
+        self.changed.set()
+        self.changed = anyio.Event()
+        try:
+            await self.release.wait()
+        finally:
+            self.running[key] -= 1
+        return label
+
+
+def tools(seen: Overlaps) -> ToolRegistry:
+    registry = ToolRegistry("flow-test")
+
+    @registry.tool(task="required", concurrency_key=lambda args: args["service"])
+    async def deploy(service: str, label: str = "") -> str:
+        return await seen.run(service, label)
+
+    @registry.tool(task="required", concurrency=2)
+    async def render(label: str = "") -> str:
+        return await seen.run("render", label)
+
+    @registry.tool(task="required")
+    async def plain(label: str = "") -> str:
+        return await seen.run("plain", label)
+
+    @registry.tool(task="required", concurrency_key=lambda args: args["missing"])
+    async def broken_key() -> str:
+        return "never"
+
+    return registry
+
+
+class World:
+    def __init__(self, store: MemoryTaskStore, engine: Engine, flow: FlowControl, seen: Overlaps) -> None:
+        self.store, self.engine, self.flow, self.seen = store, engine, flow, seen
+
+    async def create(self, tool: str, arguments: dict[str, Any], principal: Principal = ALICE) -> dict[str, Any]:
+        reply = await call(self.engine, "tools/call", {"name": tool, "arguments": arguments}, principal)
+        return result(reply)
+
+    async def status(self, task_id: str, principal: Principal = ALICE) -> dict[str, Any]:
+        return result(await call(self.engine, "tasks/get", {"taskId": task_id}, principal))
+
+    async def until(self, task_id: str, status: str) -> None:
+        await until(self.store, task_id, lambda record: record.status.value == status, WAIT_S)
+
+    async def started(self, count: int) -> None:
+        with anyio.fail_after(WAIT_S):
+            while len(self.seen.started) < count:
+                await self.seen.changed.wait()
+
+
+async def world(options: TaskOptions, *, clock_ms: Any = None, hold_ms: int = 3_000) -> AsyncIterator[World]:
+    seen = Overlaps()
+    registry = tools(seen)
+    store = MemoryTaskStore() if clock_ms is None else MemoryTaskStore(clock_ms=clock_ms)
+    clock = {} if clock_ms is None else {"clock_ms": clock_ms}
+    flow = FlowControl(store.gates, store, options, registry.find_tool, hold_ms=hold_ms, **clock)
+    lifetimes = Lifetimes(options, registry.find_tool)
+    methods = TaskMethods(store, options, lifetimes=lifetimes, flow=flow, **clock)
+    engine = Engine(registry, ResumeCodec([b"k" * 32], audience="flow-test"), tasks=methods)
+    worker = Worker(
+        store,
+        registry,
+        WorkerOptions(lease_s=1.0, block_ms=50, run_concurrency=16),
+        lifetimes=lifetimes,
+        flow=flow,
+        **clock,
+    )
+    await store.open()
+    await worker.start()
+    try:
+        yield World(store, engine, flow, seen)
+    finally:
+        seen.release.set()
+        await worker.stop(grace_s=2)
+        await store.close()
+
+
+@pytest.fixture
+async def plain_world() -> AsyncIterator[World]:
+    async for made in world(TaskOptions()):
+        yield made
+
+
+@pytest.fixture
+async def capped_world() -> AsyncIterator[World]:
+    async for made in world(TaskOptions(max_running_per_principal=1)):
+        yield made
+
+
+async def test_one_run_per_key_at_once_the_others_wait_saying_why_and_start_in_order(plain_world: World) -> None:
+    w = plain_world
+    first = await w.create("deploy", {"service": "billing", "label": "billing-1"})
+    await w.started(1)
+    second = await w.create("deploy", {"service": "billing", "label": "billing-2"})
+    third = await w.create("deploy", {"service": "billing", "label": "billing-3"})
+    other = await w.create("deploy", {"service": "search", "label": "search-1"})
+    await w.started(2)  # another key is not held up
+
+    assert (second["status"], second["statusMessage"]) == ("working", "waiting for another deploy of billing")
+    assert third["statusMessage"] == "waiting for another deploy of billing (1 ahead)"
+    assert "statusMessage" not in first and "statusMessage" not in other
+    w.seen.release.set()
+    for task in (first, second, third, other):
+        await w.until(task["taskId"], "completed")
+
+    assert w.seen.most == {"billing": 1, "search": 1}
+    billing = [label for label in w.seen.started if label.startswith("billing")]
+    assert billing == ["billing-1", "billing-2", "billing-3"]
+
+
+async def test_a_tool_with_concurrency_n_never_runs_more_than_n_at_once(plain_world: World) -> None:
+    w = plain_world
+    tasks = [await w.create("render", {"label": f"r{index}"}) for index in range(5)]
+    await w.started(2)
+    waiting = [task for task in tasks if task.get("statusMessage", "").startswith("waiting: 2 render runs")]
+    assert len(waiting) == 3
+    w.seen.release.set()
+    for task in tasks:
+        await w.until(task["taskId"], "completed")
+    assert w.seen.most["render"] == 2
+    assert w.seen.started == [f"r{index}" for index in range(5)]
+
+
+async def test_a_principal_past_its_running_cap_waits_in_its_own_line_and_others_start_at_once(
+    capped_world: World,
+) -> None:
+    w = capped_world
+    alice = [await w.create("plain", {"label": f"alice-{index}"}) for index in range(3)]
+    await w.create("plain", {"label": "bob-0"}, BOB)
+    await w.started(2)
+
+    assert w.seen.started == ["alice-0", "bob-0"]  # bob is not behind alice's queue
+    assert [task.get("statusMessage") for task in alice[1:]] == [
+        "waiting: 1 task of this caller already running",
+        "waiting: 1 task of this caller already running (1 ahead)",
+    ]
+    w.seen.release.set()
+    for task in alice:
+        await w.until(task["taskId"], "completed")
+    assert w.seen.started == ["alice-0", "bob-0", "alice-1", "alice-2"]
+
+
+async def test_a_waiting_task_cancelled_gives_up_its_turn(plain_world: World) -> None:
+    w = plain_world
+    first = await w.create("deploy", {"service": "billing", "label": "first"})
+    await w.started(1)
+    cancelled = await w.create("deploy", {"service": "billing", "label": "cancelled"})
+    last = await w.create("deploy", {"service": "billing", "label": "last"})
+    assert last["statusMessage"] == "waiting for another deploy of billing (1 ahead)"
+    result(await call(w.engine, "tasks/cancel", {"taskId": cancelled["taskId"]}))
+    w.seen.release.set()
+
+    await w.until(first["taskId"], "completed")
+    await w.until(last["taskId"], "completed")
+    assert w.seen.started == ["first", "last"]
+    assert (await w.status(cancelled["taskId"]))["status"] == "cancelled"
+
+
+async def test_a_place_whose_holder_died_comes_back_when_its_hold_lapses() -> None:
+    async for w in world(TaskOptions(), hold_ms=500):
+        # A worker that took the place and died: nobody gives it back or renews it.
+        gate = Gate("tool:deploy:key:billing", 1)
+        assert await w.store.gates.enter(gate, "ghost", now_ms=now_ms(), hold_ms=500, wait_ms=60_000) == -1
+        task = await w.create("deploy", {"service": "billing", "label": "after-ghost"})
+        assert task["statusMessage"] == "waiting for another deploy of billing"
+        w.seen.release.set()
+        await w.until(task["taskId"], "completed")  # the worker's sweep tries it again once the hold lapsed
+
+
+async def test_creations_past_the_rate_are_refused_with_retry_after_until_it_refills() -> None:
+    clock = Clock(1_800_000_000_000)
+    options = TaskOptions(create_rate_per_principal=1.0, create_burst_per_principal=2)
+    async for w in world(options, clock_ms=clock):
+        await w.create("plain", {})
+        await w.create("plain", {})
+        refused = await call(w.engine, "tools/call", {"name": "plain", "arguments": {}})
+        assert refused.status == 429 and refused.headers["Retry-After"] == "1"
+        assert error(refused)["code"] == LIMIT_EXCEEDED
+        assert error(refused)["data"] == {"limit": "create_rate", "retryAfterSeconds": 1}
+        await w.create("plain", {}, CAROL)  # the rate is each principal's own
+        clock.now_ms += 1_000
+        await w.create("plain", {})
+        w.seen.release.set()
+
+
+async def test_a_concurrency_key_that_cannot_be_taken_from_the_arguments_is_invalid_params(plain_world: World) -> None:
+    refused = error(await call(plain_world.engine, "tools/call", {"name": "broken_key", "arguments": {}}))
+    assert refused["code"] == INVALID_PARAMS
+    assert "concurrency key of broken_key" in refused["message"]
+
+
+async def test_with_nothing_configured_a_run_passes_no_gate(plain_world: World) -> None:
+    task = await plain_world.create("plain", {})
+    record = await plain_world.store.lookup(task["taskId"])
+    assert plain_world.flow.passages(record) == []  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "declaration",
+    [{"concurrency": 0}, {"concurrency": True}, {"concurrency": 1.5}, {"concurrency_key": "service"}],
+)
+def test_a_declaration_that_makes_no_sense_is_refused_when_declared(declaration: dict[str, Any]) -> None:
+    registry = ToolRegistry("flow-test")
+    with pytest.raises(ValueError):
+        registry.tool(task="required", **declaration)
+
+
+def test_a_key_without_a_number_means_one_run_per_key() -> None:
+    registry = ToolRegistry("flow-test")
+
+    @registry.tool(task="required", concurrency_key=lambda args: args["service"])
+    async def deploy(service: str) -> str:
+        return service
+
+    assert registry.tools["deploy"].concurrency == 1
