@@ -49,12 +49,18 @@ class RunInProgress:
         self.retry_at_ms: int | None = None
 
     @property
+    def attempt(self) -> int:
+        """This run's attempt: its deliveries, and the task's runs interrupted before a gate deferred it."""
+        assert self.stored is not None
+        return self.run.attempt + self.stored.carried_attempts
+
+    @property
     def working(self) -> TaskRecord:
         """The stored record with this run's attempt counted (committed with the next change)."""
         assert self.stored is not None
-        if self.stored.attempts == self.run.attempt:
+        if self.stored.attempts == self.attempt:
             return self.stored
-        return msgspec.structs.replace(self.stored, attempts=self.run.attempt)
+        return msgspec.structs.replace(self.stored, attempts=self.attempt)
 
 
 def status_reporter(

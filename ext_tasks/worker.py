@@ -286,7 +286,7 @@ class Worker:
         """The run's attempt on ``record`` (read, working): the tool's outcome committed."""
         run = holder.run
         # Queued (or lost) past its life's bound, or its runs interrupted too often: it ends unrun.
-        if outcome := self.lifetimes.before_run(record, interrupted := run.attempt - 1, self.options.max_attempts):
+        if outcome := self.lifetimes.before_run(record, interrupted := holder.attempt - 1, self.options.max_attempts):
             if not await self._commit(holder, outcome):
                 return None
             task_event(record.status, TaskEvent.FAILED, outcome, attempts=interrupted)
@@ -314,7 +314,7 @@ class Worker:
 
     async def _run_attempt(self, holder: RunInProgress, record: TaskRecord, span: Span | None) -> TaskRecord | None:
         run = holder.run
-        task_event(record.status, TaskEvent.RUN_STARTED, holder.working, attempt=run.attempt)
+        task_event(record.status, TaskEvent.RUN_STARTED, holder.working, attempt=holder.attempt)
         event, outcome = await self._outcome(holder)
         outcome = self.lifetimes.fit(record, outcome)  # a retention from its end, a wait's deadline
         # A state-only question leaves the task working with new state: it must be queued again.
@@ -323,7 +323,7 @@ class Worker:
         if await self._commit(holder, outcome, enqueue=rerun, retry_at_ms=holder.retry_at_ms):
             if holder.retry_at_ms is not None:
                 self._due.add(run.task_id, holder.retry_at_ms)
-            task_event(status, event, outcome, attempt=run.attempt)
+            task_event(status, event, outcome, attempt=holder.attempt)
             tracing_tasks.run_outcome(span, event, run.attempt, outcome.error)
             return outcome
         tracing_tasks.run_outcome(span, None, run.attempt)  # the task changed meanwhile (cancelled): dropped

@@ -90,6 +90,9 @@ class TaskRecord(msgspec.Struct, frozen=True):
     retries: int = 0
     #: When the last retry scheduled is due (its run waits in the store until then; ``None``: none yet).
     retry_at_ms: int | None = None
+    #: Runs interrupted before flow control deferred the task's run (:func:`run_deferred`): the run it
+    #: gets later is a fresh delivery of the queue, counted from 1, so the crash count goes on from these.
+    carried_attempts: int = 0
     #: The creating request's span context as a W3C ``traceparent`` (55 characters), kept only when
     #: tracing is on (``ext_tasks.tracing``): each run attempt's span continues it and links to it, and
     #: ``tasks/*`` spans link to it. Its trace id (characters 3 to 35) names the task's trace.
@@ -189,6 +192,7 @@ def transition(
     delivered_at_ms: int | UnsetType = UNSET,
     retries: int | UnsetType = UNSET,
     retry_at_ms: int | UnsetType = UNSET,
+    carried_attempts: int | UnsetType = UNSET,
 ) -> TaskRecord:
     """The record after ``event``: next status from the table, version + 1, the fields given changed
     (the others kept, as the same objects: the Valkey codec writes only what changed), and
@@ -212,8 +216,11 @@ def transition(
         "delivered_at_ms": delivered_at_ms,
         "retries": retries,
         "retry_at_ms": retry_at_ms,
+        "carried_attempts": carried_attempts,
     }
     changes = {name: value for name, value in given.items() if value is not UNSET}
+    if attempts is not UNSET:  # the crash count set afresh: nothing carried over a deferral either
+        changes.setdefault("carried_attempts", 0)
     updated_at_ms = max(now_ms, record.updated_at_ms)
     return msgspec.structs.replace(
         record, status=status, version=record.version + 1, updated_at_ms=updated_at_ms, **changes
@@ -270,14 +277,19 @@ def retry_scheduled(record: TaskRecord, status_message: str, due_at_ms: int, now
 def run_deferred(record: TaskRecord, status_message: str, due_at_ms: int, now_ms: int) -> TaskRecord:
     """The run found a gate of flow control full and waits in its line, tried again at ``due_at_ms`` (or
     woken sooner, when a place comes free): the task stays ``working``, saying what it waits for. Not an
-    attempt: neither the retries nor the crash count move."""
+    attempt: neither the retries nor the crash count move. ``record`` is the run's, its attempt counted
+    (``RunInProgress.working``): the runs interrupted before it are carried to the run the task gets
+    later (a fresh delivery: without them, a run that kills its worker would escape
+    ``EXT_TASKS_MAX_ATTEMPTS`` by waiting in a gate's line between its crashes)."""
+    interrupted = max(0, record.attempts - 1)
     return transition(
         record,
         TaskEvent.RUN_DEFERRED,
         now_ms,
         status_message=bounded_status(status_message),
         retry_at_ms=due_at_ms,
-        attempts=0,
+        attempts=interrupted,
+        carried_attempts=interrupted,
     )
 
 

@@ -64,3 +64,10 @@ def test_every_change_survives_the_store_round_trip() -> None:
     for name in dropped:
         del stored[name]
     assert record_from_fields(stored) == after
+
+
+def test_the_runs_carried_over_a_deferral_are_kept_and_dropped_once_counted_afresh() -> None:
+    deferred = msgspec.structs.replace(RECORD, attempts=2, carried_attempts=2, retry_at_ms=5_000)
+    assert record_from_fields(field_map(deferred)) == deferred
+    retried = msgspec.structs.replace(deferred, attempts=0, carried_attempts=0)
+    assert changes(deferred, retried) == ({"attempts": "0"}, ["carried_attempts"])

@@ -28,6 +28,7 @@ from ext_tasks.lifetimes import Lifetimes
 from ext_tasks.options import TaskOptions, WorkerOptions
 from ext_tasks.protocol.errors import INVALID_PARAMS, LIMIT_EXCEEDED
 from ext_tasks.protocol.resume import ResumeCodec
+from ext_tasks.protocol.tasks import META_RUN_ATTEMPTS
 from ext_tasks.store.base import Gate
 from ext_tasks.store.memory import MemoryTaskStore
 from ext_tasks.task_methods import TaskMethods
@@ -89,8 +90,10 @@ def tools(seen: Overlaps) -> ToolRegistry:
 
 
 class World:
-    def __init__(self, store: MemoryTaskStore, engine: Engine, flow: FlowControl, seen: Overlaps) -> None:
-        self.store, self.engine, self.flow, self.seen = store, engine, flow, seen
+    def __init__(
+        self, store: MemoryTaskStore, engine: Engine, flow: FlowControl, seen: Overlaps, worker: Worker
+    ) -> None:
+        self.store, self.engine, self.flow, self.seen, self.worker = store, engine, flow, seen, worker
 
     async def create(self, tool: str, arguments: dict[str, Any], principal: Principal = ALICE) -> dict[str, Any]:
         reply = await call(self.engine, "tools/call", {"name": tool, "arguments": arguments}, principal)
@@ -128,7 +131,7 @@ async def world(options: TaskOptions, *, clock_ms: Any = None, hold_ms: int = 3_
     await store.open()
     await worker.start()
     try:
-        yield World(store, engine, flow, seen)
+        yield World(store, engine, flow, seen, worker)
     finally:
         seen.release.set()
         await worker.stop(grace_s=2)
@@ -225,6 +228,25 @@ async def test_a_place_whose_holder_died_comes_back_when_its_hold_lapses() -> No
         assert task["statusMessage"] == "waiting for another deploy of billing"
         w.seen.release.set()
         await w.until(task["taskId"], "completed")  # the worker's sweep tries it again once the hold lapsed
+
+
+async def test_a_run_interrupted_before_it_was_deferred_keeps_its_crash_count(plain_world: World) -> None:
+    """A run reclaimed from a worker that died finds its gate full and waits in line; the run it gets
+    later is a fresh delivery of the queue (counted from 1), yet the count of interrupted runs goes on:
+    in ``runAttempts``, and against ``EXT_TASKS_MAX_ATTEMPTS`` (3 here), so a run that kills its worker
+    cannot escape the limit by waiting in a gate's line between its crashes."""
+    w = plain_world
+    gate = Gate("tool:deploy:key:billing", 1)
+    assert await w.store.gates.enter(gate, "holder", now_ms=now_ms(), hold_ms=60_000, wait_ms=60_000) == -1
+    task_id = (await w.create("deploy", {"service": "billing", "label": "crashes"}))["taskId"]
+    await w.worker.execute(task_id, attempt=2)  # its first run interrupted: deferred, the gate full
+    assert (await w.status(task_id))["_meta"][META_RUN_ATTEMPTS] == 1  # one interrupted so far
+    await w.worker.execute(task_id, attempt=2)  # the fresh delivery it got later, interrupted too
+    assert (await w.status(task_id))["_meta"][META_RUN_ATTEMPTS] == 2
+    await w.worker.execute(task_id, attempt=2)  # and once more: the third interrupted run, the limit
+    ended = await w.status(task_id)
+    assert ended["status"] == "failed", ended
+    assert ended["error"]["message"] == "The task's run was interrupted 3 times; giving up", ended
 
 
 async def test_creations_past_the_rate_are_refused_with_retry_after_until_it_refills() -> None:

@@ -39,24 +39,18 @@ def _scalar_fields(record: TaskRecord) -> dict[str, str]:
         "poll_interval_ms": str(record.poll_interval_ms),
         "attempts": str(record.attempts),
     }
-    if record.ttl_ms is not None:
-        fields["ttl_ms"] = str(record.ttl_ms)
     if record.status_message is not None:
         fields["status_message"] = record.status_message
-    if record.poll_max_ms is not None:
-        fields["poll_max_ms"] = str(record.poll_max_ms)
     if record.sensitive:
         fields["sensitive"] = "1"
-    if record.delivered_at_ms is not None:
-        fields["delivered_at_ms"] = str(record.delivered_at_ms)
-    for name in ("grant_ms", "deadline_ms"):  # lifetimes: absent on records of earlier versions
+    # Optional numbers, absent while unset (grant_ms and deadline_ms: also on records of earlier versions).
+    for name in ("ttl_ms", "poll_max_ms", "delivered_at_ms", "grant_ms", "deadline_ms", "retry_at_ms"):
         value = getattr(record, name)
         if value is not None:
             fields[name] = str(value)
-    if record.retries:
-        fields["retries"] = str(record.retries)
-    if record.retry_at_ms is not None:
-        fields["retry_at_ms"] = str(record.retry_at_ms)
+    for name in ("retries", "carried_attempts"):  # counters: absent while 0
+        if count := getattr(record, name):
+            fields[name] = str(count)
     if record.grant is not None:  # JSON text already, kept as it is (only a starting run decodes it)
         fields["grant"] = record.grant
     if record.trace_context is not None:  # a traceparent, checked before it was kept
