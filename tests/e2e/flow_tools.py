@@ -12,7 +12,8 @@ so before its place is given back and the next run of its gate can start. ``CLOC
 machine's, shared by the processes of a fleet on one host.
 
 A run holds (between its two lines) until the file ``release`` names exists, if it names one (at most
-:data:`MAX_HOLD_S`, so a test that failed never leaves a fleet busy for good), then ``hold_s`` more.
+:data:`MAX_HOLD_S`, so a test that failed never leaves a fleet busy for good), then ``hold_s`` more. A
+run stopped by its task's cancellation notes its end too; one whose process was killed does not.
 
 - ``deploy``: one run per ``service`` at once over the fleet (``concurrency_key``).
 - ``work``: no gate of its own (the principal's cap, when one is configured, applies to it).
@@ -50,14 +51,16 @@ async def work(journal: str, label: str, release: str = "", hold_s: float = 0.0)
 
 async def _run(journal: str, key: str, label: str, release: str, hold_s: float) -> str:
     _note(journal, "start", key, label)
-    # Another process's file, so no event to wait on: looked at every few milliseconds, for a bounded time.
-    for _ in range(int(MAX_HOLD_S / _POLL_S) if release else 0):
-        if _released(release):
-            break
-        await asyncio.sleep(_POLL_S)
-    if hold_s:
-        await asyncio.sleep(hold_s)
-    _note(journal, "end", key, label)
+    try:
+        # Another process's file, so no event to wait on: looked at every few milliseconds, for a while.
+        for _ in range(int(MAX_HOLD_S / _POLL_S) if release else 0):
+            if _released(release):
+                break
+            await asyncio.sleep(_POLL_S)
+        if hold_s:
+            await asyncio.sleep(hold_s)
+    finally:  # a run stopped (its task cancelled) ends too; one whose process was killed does not
+        _note(journal, "end", key, label)
     return f"{label} ran in pid {os.getpid()}"
 
 

@@ -8,6 +8,8 @@ checked against what the tool itself noted on whichever instance ran it (``tests
 * ``EXT_TASKS_MAX_RUNNING_PER_PRINCIPAL``: one principal's runs never past the cap over the fleet, while
   another principal's run starts at once; ``EXT_TASKS_CREATE_RATE_PER_PRINCIPAL`` / ``_BURST_``: one
   bucket for the fleet, past it 429 with ``Retry-After``, another principal unaffected;
+* a deploy cancelled, running or waiting, through any instance: the next one goes, the cancelled waiter
+  never runs;
 * an instance SIGKILLed while its run holds a service's place: the place comes back with the lease, the
   run is run again by a survivor, the deploy that waited runs too, never at the same time, none lost.
 """
@@ -210,6 +212,31 @@ def test_deploys_of_one_service_never_overlap_and_start_in_creation_order_across
     assert len(pids) > 1, "one instance ran every deploy: the instances did not race"
 
 
+def test_a_cancelled_deploy_waiting_or_running_lets_the_next_one_go(
+    fleet: Cluster, api: TaskApi, tmp_path: Path
+) -> None:
+    """A service's deploy running (held) and the one after it waiting are cancelled, each through
+    another instance: the third starts without waiting for the first's release, and once the first
+    stopped; the one cancelled while it waited never runs."""
+    notes = tmp_path / "journal"
+    held = {"release": str(tmp_path / "never")}
+    running, waiting, last = (
+        api.create(fleet.url, "deploy", deploy_args(notes, "cancelled", label, **more))["taskId"]
+        for label, more in (("running", held), ("waiting", {}), ("last", {}))
+    )
+    wait_for(lambda: started(journal(notes)) == ["running"], WAIT_S, message=lambda: str(journal(notes)))
+    assert api.get(fleet.servers[0].url, last)["statusMessage"] == "waiting for another deploy of cancelled (1 ahead)"
+    for task_id, server in ((waiting, fleet.servers[1]), (running, fleet.servers[2])):
+        assert "result" in api.message(server.url, "tasks/cancel", {"taskId": task_id})
+    cancelled_at = time.monotonic()
+    tasks = ended_tasks(api, fleet, [running, waiting, last])
+    seen = journal(notes)
+    print(f"\ncancelled to the next start: {seen[-2].at - cancelled_at:.3f} s")
+    assert [task["status"] for task in tasks] == ["cancelled", "cancelled", "completed"], tasks
+    runs = [(note.event, note.label) for note in seen]
+    assert runs == [("start", "running"), ("end", "running"), ("start", "last"), ("end", "last")], runs
+
+
 # --- 2. a principal's cap and creation rate ----------------------------------------------------------
 
 
@@ -307,6 +334,10 @@ def store(request: pytest.FixtureRequest) -> str | None:
 def test_a_place_held_by_a_killed_instance_comes_back_with_the_lease_and_no_deploy_is_lost_or_overlaps(
     store: str | None, api: TaskApi, tmp_path: Path
 ) -> None:
+    """The first deploy of a service holds its place on instance X; a second waits; X is SIGKILLed.
+    Which of the two runs first after is not promised: the second, at the front of the line, enters as
+    soon as the dead holder's place lapses (a lease after X's last renewal), while the first's run comes
+    back only when a survivor reclaims it (its own lease) and then takes its turn like any other."""
     notes, release = tmp_path / "journal", tmp_path / "release"
     env = {"EXT_TASKS_LEASE_S": str(LEASE_S)}
     (directory := tmp_path / "fleet").mkdir()
