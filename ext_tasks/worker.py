@@ -280,7 +280,7 @@ class Worker:
             return None
         holder.stored = record
         attempt = partial(self._attempt, holder, record)
-        return await tracing_tasks.traced_run(record, run.attempt, holder.reclaimed, attempt)
+        return await tracing_tasks.traced_run(record, holder.attempt, holder.reclaimed, attempt)
 
     async def _attempt(self, holder: RunInProgress, record: TaskRecord, span: Span | None = None) -> TaskRecord | None:
         """The run's attempt on ``record`` (read, working): the tool's outcome committed."""
@@ -290,7 +290,7 @@ class Worker:
             if not await self._commit(holder, outcome):
                 return None
             task_event(record.status, TaskEvent.FAILED, outcome, attempts=interrupted)
-            tracing_tasks.run_outcome(span, TaskEvent.FAILED, run.attempt, outcome.error)
+            tracing_tasks.run_outcome(span, TaskEvent.FAILED, holder.attempt, outcome.error)
             return outcome
         if self.flow is None or self._places is None:
             return await self._run_attempt(holder, record, span)
@@ -309,7 +309,7 @@ class Worker:
             return None
         self._due.add(deferred.task_id, waiting.retry_at_ms)
         task_event(TaskStatus.WORKING, TaskEvent.RUN_DEFERRED, deferred)
-        tracing_tasks.run_outcome(span, TaskEvent.RUN_DEFERRED, holder.run.attempt)
+        tracing_tasks.run_outcome(span, TaskEvent.RUN_DEFERRED, holder.attempt)
         return deferred
 
     async def _run_attempt(self, holder: RunInProgress, record: TaskRecord, span: Span | None) -> TaskRecord | None:
@@ -324,9 +324,9 @@ class Worker:
             if holder.retry_at_ms is not None:
                 self._due.add(run.task_id, holder.retry_at_ms)
             task_event(status, event, outcome, attempt=holder.attempt)
-            tracing_tasks.run_outcome(span, event, run.attempt, outcome.error)
+            tracing_tasks.run_outcome(span, event, holder.attempt, outcome.error)
             return outcome
-        tracing_tasks.run_outcome(span, None, run.attempt)  # the task changed meanwhile (cancelled): dropped
+        tracing_tasks.run_outcome(span, None, holder.attempt)  # the task changed meanwhile (cancelled): dropped
         return None
 
     async def _commit(
