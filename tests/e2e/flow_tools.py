@@ -16,6 +16,7 @@ A run holds (between its two lines) until the file ``release`` names exists, if 
 run stopped by its task's cancellation notes its end too; one whose process was killed does not.
 
 - ``deploy``: one run per ``service`` at once over the fleet (``concurrency_key``).
+- ``render``: :data:`RENDERS` runs at once over the fleet (``concurrency``).
 - ``work``: no gate of its own (the principal's cap, when one is configured, applies to it).
 """
 
@@ -30,6 +31,8 @@ from ext_tasks import ToolRegistry
 
 registry = ToolRegistry("flow-e2e", version="0.0.1")
 
+#: Renders at once over the fleet.
+RENDERS = 2
 #: The longest a run waits for its ``release`` file.
 MAX_HOLD_S = 60.0
 _POLL_S = 0.02
@@ -42,6 +45,11 @@ _POLL_S = 0.02
 )
 async def deploy(service: str, journal: str, label: str, release: str = "", hold_s: float = 0.0) -> str:
     return await _run(journal, service, label, release, hold_s)
+
+
+@registry.tool(task="required", description="Render (two at once); the run noted in `journal`.", concurrency=RENDERS)
+async def render(journal: str, label: str, release: str = "", hold_s: float = 0.0) -> str:
+    return await _run(journal, "render", label, release, hold_s)
 
 
 @registry.tool(task="required", description="Some work of the caller's; the run noted in `journal`.")

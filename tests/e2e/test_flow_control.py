@@ -8,6 +8,7 @@ checked against what the tool itself noted on whichever instance ran it (``tests
 * ``EXT_TASKS_MAX_RUNNING_PER_PRINCIPAL``: one principal's runs never past the cap over the fleet, while
   another principal's run starts at once; ``EXT_TASKS_CREATE_RATE_PER_PRINCIPAL`` / ``_BURST_``: one
   bucket for the fleet, past it 429 with ``Retry-After``, another principal unaffected;
+* ``concurrency=N``: never more than N runs of the tool at once over the fleet;
 * a deploy cancelled, running or waiting, through any instance: the next one goes, the cancelled waiter
   never runs;
 * an instance SIGKILLed while its run holds a service's place: the place comes back with the lease, the
@@ -33,6 +34,7 @@ import pytest
 
 from ext_tasks.protocol.errors import LIMIT_EXCEEDED
 from tests.e2e.conftest import STORES, store_url_for
+from tests.e2e.flow_tools import RENDERS
 from tests.e2e.test_balancer import CAPABILITIES, TERMINAL, TaskApi
 from tests.support.cluster import Cluster, running_cluster, wait_for
 from tests.support.history import History
@@ -210,6 +212,23 @@ def test_deploys_of_one_service_never_overlap_and_start_in_creation_order_across
         expected = [(event, f"{service}-{n}") for n in range(DEPLOYS_PER_SERVICE) for event in ("start", "end")]
         assert runs == expected, runs
     assert len(pids) > 1, "one instance ran every deploy: the instances did not race"
+
+
+RENDER_TASKS = 8
+
+
+def test_a_tools_runs_never_pass_its_concurrency_over_the_fleet(fleet: Cluster, api: TaskApi, tmp_path: Path) -> None:
+    """Renders (two at once) created from several threads at once through nginx: never more than two
+    running over the fleet, at times two, all done."""
+    notes = tmp_path / "journal"
+    arguments = [{"journal": str(notes), "label": f"render-{n}", "hold_s": 0.1} for n in range(RENDER_TASKS)]
+    with ThreadPoolExecutor(4) as pool:
+        task_ids = list(pool.map(lambda args: api.create(fleet.url, "render", args)["taskId"], arguments))
+    tasks = ended_tasks(api, fleet, task_ids)
+    seen = journal(notes)
+    assert [task["status"] for task in tasks] == ["completed"] * RENDER_TASKS, tasks
+    assert sorted(started(seen)) == sorted(args["label"] for args in arguments), seen  # each ran once
+    assert most_at_once(seen, "render") == RENDERS, seen
 
 
 def test_a_cancelled_deploy_waiting_or_running_lets_the_next_one_go(
