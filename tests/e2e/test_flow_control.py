@@ -221,13 +221,18 @@ def test_a_tools_runs_never_pass_its_concurrency_over_the_fleet(fleet: Cluster, 
     """Renders (two at once) created from several threads at once through nginx: never more than two
     running over the fleet, at times two, all done."""
     notes = tmp_path / "journal"
-    arguments = [{"journal": str(notes), "label": f"render-{n}", "hold_s": 0.1} for n in range(RENDER_TASKS)]
+    labels = [f"render-{n}" for n in range(RENDER_TASKS)]
+
+    def create(label: str) -> str:
+        task_id: str = api.create(fleet.url, "render", {"journal": str(notes), "label": label, "hold_s": 0.1})["taskId"]
+        return task_id
+
     with ThreadPoolExecutor(4) as pool:
-        task_ids = list(pool.map(lambda args: api.create(fleet.url, "render", args)["taskId"], arguments))
+        task_ids = list(pool.map(create, labels))
     tasks = ended_tasks(api, fleet, task_ids)
     seen = journal(notes)
     assert [task["status"] for task in tasks] == ["completed"] * RENDER_TASKS, tasks
-    assert sorted(started(seen)) == sorted(args["label"] for args in arguments), seen  # each ran once
+    assert sorted(started(seen)) == sorted(labels), seen  # each ran once
     assert most_at_once(seen, "render") == RENDERS, seen
 
 
