@@ -112,14 +112,18 @@ class FlowControl:
         now = self._clock_ms()
         entered: list[Gate] = []
         wait_ms = 3 * MAX_RETRY_MS + self.hold_ms  # a turn in line outlives a few missed tries
-        for passage in self.passages(record):
+        passages = self.passages(record)
+        for index, passage in enumerate(passages):
             ahead = await self.gates.enter(
                 passage.gate, record.task_id, now_ms=now, hold_ms=self.hold_ms, wait_ms=wait_ms
             )
             if ahead == ENTERED:
                 entered.append(passage.gate)
                 continue
-            await self._leave(entered, record.task_id)
+            # It holds nothing while it waits, and keeps no turn in a later gate's line (a turn it is
+            # not ready to use would hold that line up).
+            later = [later.gate for later in passages[index + 1 :]]
+            await self._leave([*entered, *later], record.task_id)
             retry_ms = min(MAX_RETRY_MS, _FIRST_RETRY_MS + ahead * _RETRY_PER_AHEAD_MS)
             message = passage.waiting_for if not ahead else f"{passage.waiting_for} ({ahead} ahead)"
             return Waiting(message, now + retry_ms)

@@ -291,6 +291,8 @@ class Worker:
                 return None
             task_event(record.status, TaskEvent.FAILED, outcome, attempts=interrupted)
             tracing_tasks.run_outcome(span, TaskEvent.FAILED, run.attempt, outcome.error)
+            if self.flow is not None:  # the places it took when it was created
+                await self.flow.leave(record)
             return outcome
         if self.flow is None or self._places is None:
             return await self._run_attempt(holder, record, span)

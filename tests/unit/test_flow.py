@@ -50,6 +50,8 @@ class Overlaps:
         self.most: dict[str, int] = defaultdict(int)
         self.started: list[str] = []
         self.release = anyio.Event()
+        #: Runs the test lets finish one by one, by label.
+        self.finish: dict[str, anyio.Event] = defaultdict(anyio.Event)
         #: Set (and replaced) each time a run starts.
         self.changed = anyio.Event()
 
@@ -60,7 +62,14 @@ class Overlaps:
         self.changed.set()
         self.changed = anyio.Event()
         try:
-            await self.release.wait()
+            async with anyio.create_task_group() as either:
+
+                async def until_set(event: anyio.Event) -> None:
+                    await event.wait()
+                    either.cancel_scope.cancel()
+
+                either.start_soon(until_set, self.release)
+                either.start_soon(until_set, self.finish[label])
         finally:
             self.running[key] -= 1
         return label
@@ -253,6 +262,28 @@ async def test_with_nothing_configured_a_run_passes_no_gate(plain_world: World) 
     task = await plain_world.create("plain", {})
     record = await plain_world.store.lookup(task["taskId"])
     assert plain_world.flow.passages(record) == []  # type: ignore[arg-type]
+
+
+async def test_a_run_that_must_wait_at_its_principal_keeps_no_turn_in_its_tools_line(capped_world: World) -> None:
+    """Woken by the key's gate, alice's deploy finds her cap taken: it waits in her line, and does not
+    hold the key's line up for carol meanwhile."""
+    w = capped_world
+    bob = await w.create("deploy", {"service": "billing", "label": "bob"}, BOB)
+    await w.started(1)
+    alice = await w.create("deploy", {"service": "billing", "label": "alice"})
+    assert alice["statusMessage"] == "waiting for another deploy of billing"
+    other = await w.create("plain", {"label": "alice-plain"})  # takes alice's one place meanwhile
+    await w.started(2)
+    w.seen.finish["bob"].set()  # the key's place comes free: alice's deploy is woken, and must wait
+    await w.until(bob["taskId"], "completed")
+    seen = await until(w.store, alice["taskId"], lambda record: "this caller" in (record.status_message or ""))
+    assert seen.status_message == "waiting: 1 task of this caller already running"
+    carol = await w.create("deploy", {"service": "billing", "label": "carol"}, CAROL)
+    await w.started(3)
+    assert w.seen.started[-1] == "carol" and "statusMessage" not in carol
+    w.seen.release.set()
+    for task in (alice, other, carol):
+        await w.until(task["taskId"], "completed")
 
 
 @pytest.mark.parametrize(
