@@ -10,7 +10,7 @@ stack is measured twice, each time on a fresh server (and store):
 
 * **cap 4**: ``EXT_TASKS_MAX_RUNNING_PER_PRINCIPAL=4``: A's runs past its fourth wait in A's own line,
   outside the shared run queue; then
-* **no cap**: the same server without it: A's flood queues in the shared queue, in front of B.
+* **no cap**: a server without it: A's flood queues in the shared queue, in front of B.
 
 On each, B is measured (a) **alone**, then (b) **during the flood**: from once a tenth of the flood is
 created until A has sent all of it (at least one sample, at most ``PROBE_BUDGET_S``; without the cap a
@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final
 
 from ext_tasks.loadgen.http import REQUEST_TIMEOUT_S, Connection
-from ext_tasks.loadgen.mcp import Mcp
+from ext_tasks.loadgen.mcp import Failure, Mcp
 
 from . import procs
 from .flood import TOKEN_VARIABLE
@@ -85,7 +85,8 @@ def run(scenario: Scenario, options: Options) -> tuple[dict[str, Any], list[str]
                 print(f"fairness: {key}, {setting.replace('_', ' ')}", flush=True)
                 try:
                     figures.setdefault(key, {})[setting] = _measure(key, cap, scenario, options, state_key)
-                except (RuntimeError, TimeoutError, OSError, ValueError, subprocess.SubprocessError) as exc:
+                except (Failure, RuntimeError, TimeoutError, OSError, EOFError, ValueError, KeyError,
+                        subprocess.SubprocessError) as exc:  # fmt: skip
                     failures.append(f"{key}, {setting}: {type(exc).__name__}: {exc}"[:2000])
                     print(f"  FAILED {failures[-1][:500]}", flush=True)
     for settings in figures.values():
