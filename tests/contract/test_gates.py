@@ -18,8 +18,7 @@ from collections.abc import AsyncIterator
 import anyio
 import pytest
 
-from ext_tasks.store.base import TaskStore
-from ext_tasks.store.gates import ENTERED, Gate
+from ext_tasks.store.base import ENTERED, Gate, TaskStore
 from ext_tasks.store.memory import MemoryTaskStore
 from ext_tasks.store.valkey import ValkeyTaskStore
 from tests.contract.conftest import opened, shared_url
