@@ -4,7 +4,7 @@
 Two principals (static bearer tokens) on one server (run concurrency 16). Principal B, the probe, sends
 one ``stamp`` task at a time and measures its **create-to-start latency**: from just before its
 ``tools/call`` is sent to the instant the tool's body started, which the tool answers (the same wall
-clock: everything runs on this machine). Principal A floods ``--flood`` creations of ``busy`` (40 ms
+clock: everything runs on this machine). Principal A floods ``--flood`` creations of ``busy`` (60 ms
 each) as fast as four keep-alive connections send them (``bench.flood``, a process of its own). Each
 stack is measured twice, each time on a fresh server (and store):
 
@@ -57,7 +57,7 @@ STACKS: Final = {
 CAP, RUN_CONCURRENCY = 4, 16
 #: How long each of A's tasks runs (long enough that, without the cap, its runs drain slower than it
 #: creates them: a backlog builds), and the connections it floods from.
-BUSY_MS, SENDERS = 40.0, 4
+BUSY_MS, SENDERS = 60.0, 4
 #: The probe stops taking samples after this long in a phase (the sample under way is finished).
 PROBE_BUDGET_S: Final = 15.0
 #: The longest one sample may wait for its task to start (a flood's whole backlog, at worst).
