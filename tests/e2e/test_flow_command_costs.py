@@ -42,11 +42,11 @@ LIFECYCLES: Final = 20
 WAIT_S: Final = 30.0
 SCRIPT_CALLS: Final = ("evalsha", "eval", "fcall")
 #: Commands (the scripts' own calls included) of one lifecycle's passage through a gate nobody else uses,
-#: by ext_tasks/store/valkey/gates.py's scripts: entering at creation 11 (EVALSHA; dropping lapsed holds
-#: and waits, 3; ZSCORE, ZCARD, ZRANK, ZCARD; ZADD; PEXPIRE GT, then NX on the new key), entering again
-#: as the worker takes the run 7 (EVALSHA; the same 3; ZSCORE: held; ZADD; PEXPIRE GT) and leaving 9
-#: (EVALSHA; ZREM from holders, line and waits; the same 3; ZCARD; ZRANGE of the line).
-GATE_COMMANDS: Final = 27
+#: by ext_tasks/store/valkey/gates.py's scripts: entering at creation 8 (EVALSHA; ZSCORE; dropping lapsed
+#: holds and waits, 2; ZCARD holders, ZCARD line; ZADD; PEXPIRE on the new key), entering again as the
+#: worker takes the run 4 (EVALSHA; ZSCORE: held; ZADD; PEXPIRE GT) and leaving 6 (EVALSHA; ZREM from
+#: holders; the same 2; ZCARD; ZRANGE of the line).
+GATE_COMMANDS: Final = 18
 #: Commands of one token taken from a creation-rate bucket (EVALSHA; HMGET, HSET, PEXPIRE).
 TOKEN_COMMANDS: Final = 4
 

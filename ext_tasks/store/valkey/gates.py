@@ -40,6 +40,7 @@ end
 local function drop_lapsed()
   redis.call('ZREMRANGEBYSCORE', holders, '-inf', now)
   local gone = redis.call('ZRANGEBYSCORE', waits, '-inf', now)
+  if #gone == 0 then return end  -- the common case: one read, nothing to drop
   for first = 1, #gone, 500 do
     redis.call('ZREM', line, unpack(gone, first, math.min(first + 499, #gone)))
   end
@@ -53,22 +54,32 @@ ENTER: Final = Script(
     args=("task", "now", "limit", "hold_ms", "wait_ms"),
     body=_COMMON
     + """
-drop_lapsed()
-local function hold()
+local function hold(fresh)
   redis.call('ZADD', holders, tonumber(now) + tonumber(hold_ms), task)
-  expire_in(holders, hold_ms)
+  -- A key the ZADD made has no expiry yet: set it at once (else only ever extend it).
+  if fresh then
+    redis.call('PEXPIRE', holders, math.max(1, math.ceil(tonumber(hold_ms))))
+  else
+    expire_in(holders, hold_ms)
+  end
   return -1
 end
-if redis.call('ZSCORE', holders, task) then return hold() end
-local free = tonumber(limit) - redis.call('ZCARD', holders)
-local rank = redis.call('ZRANK', line, task)
-local ahead = rank or redis.call('ZCARD', line)
+-- A place held and not lapsed (the worker entering again as it takes the run): renewed, nothing else read.
+local held = redis.call('ZSCORE', holders, task)
+if held and tonumber(held) > tonumber(now) then return hold(false) end
+drop_lapsed()
+local holding = redis.call('ZCARD', holders)
+local free = tonumber(limit) - holding
+local waiting = redis.call('ZCARD', line)
+local rank = false
+if waiting > 0 then rank = redis.call('ZRANK', line, task) end
+local ahead = rank or waiting
 if ahead < free then
   if rank then
     redis.call('ZREM', line, task)
     redis.call('ZREM', waits, task)
   end
-  return hold()
+  return hold(holding == 0)
 end
 if not rank then
   local last = redis.call('ZRANGE', line, -1, -1, 'WITHSCORES')
@@ -106,9 +117,11 @@ LEAVE: Final = Script(
     args=("task", "now", "limit"),
     body=_COMMON
     + """
-redis.call('ZREM', holders, task)
-redis.call('ZREM', line, task)
-redis.call('ZREM', waits, task)
+-- A task holds a place or waits in line, never both (entering takes it out of the line).
+if redis.call('ZREM', holders, task) == 0 then
+  redis.call('ZREM', line, task)
+  redis.call('ZREM', waits, task)
+end
 drop_lapsed()
 local free = tonumber(limit) - redis.call('ZCARD', holders)
 if free <= 0 then return {} end
