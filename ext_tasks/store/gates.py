@@ -80,6 +80,8 @@ class MemoryGates:
         self._buckets: dict[str, tuple[float, int]] = {}
 
     async def enter(self, gate: Gate, task_id: str, *, now_ms: int, hold_ms: int, wait_ms: int) -> int:
+        if gate.name not in self._gates and len(self._gates) >= CEILING:
+            self._forget_lapsed_gates(now_ms)
         state = self._gates.setdefault(gate.name, _GateState())
         state.drop_lapsed(now_ms)
         if task_id in state.holders:
@@ -94,6 +96,14 @@ class MemoryGates:
         turn = state.line[task_id][0] if task_id in state.line else self._next_turn()
         state.wait(task_id, turn, now_ms + wait_ms)
         return ahead
+
+    def _forget_lapsed_gates(self, now_ms: int) -> None:
+        """Gates whose every place and wait lapsed, nobody left (a key's, a worker that died): past the
+        ceiling, forgotten as a key of Valkey would lapse, so per-key gates never grow without bound."""
+        for name, state in list(self._gates.items()):
+            state.drop_lapsed(now_ms)
+            if not state.holders and not state.line:
+                del self._gates[name]
 
     def _next_turn(self) -> int:
         self._turns += 1
