@@ -118,6 +118,14 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-plots", action="store_true", help="write the Markdown report only")
     parser.add_argument("--profile", action="store_true", help="also profile a server under load (py-spy)")
     parser.add_argument(
+        "--fairness",
+        action="store_true",
+        help="only the fairness scenario: one principal's create-to-start latency alone and while another floods, "
+        "with EXT_TASKS_MAX_RUNNING_PER_PRINCIPAL and without (ext-hc-mem, ext-hc-vk; --stacks picks; ~2 min)",
+    )
+    parser.add_argument("--flood", type=int, default=5000, help="with --fairness: the flood's creations (default 5000)")
+    parser.add_argument("--samples", type=int, default=50, help="with --fairness: the probe's samples (default 50)")
+    parser.add_argument(
         "--render", type=Path, metavar="DIR", help="only rewrite DIR/report.md and its plots from DIR/results.json"
     )
     return parser
@@ -161,6 +169,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if options.rounds < 1 or options.seconds <= 0 or options.warmup_s < 0:
         _parser().error("--rounds must be at least 1, --seconds positive, --warmup not negative")
+    if args.fairness:
+        return _fairness(args, options, argv)
     started = time.time()
     skipped: dict[str, str] = {}
     if not options.peers:
@@ -221,3 +231,40 @@ def main(argv: Sequence[str] | None = None) -> int:
     report = write_report(out, meta, records, plots=not args.no_plots)
     print(f"report: {report}", flush=True)
     return verdict(stacks, records, failures, options)
+
+
+def _fairness(args: argparse.Namespace, options: Options, argv: Sequence[str] | None) -> int:
+    """``--fairness``: the scenario of ``bench.fairness``, its figures in ``results.json`` (under ``fairness``)
+    and its section in ``report.md``. Non-zero only when something did not run."""
+    from . import fairness, fairness_report
+
+    keys = tuple(args.stacks or fairness.STACKS)
+    unknown = [key for key in keys if key not in fairness.STACKS]
+    if unknown or args.flood < 1 or args.samples < 1:
+        _parser().error(f"--fairness runs on {', '.join(fairness.STACKS)} (not {', '.join(unknown)}), "
+                        "with --flood and --samples of at least 1")  # fmt: skip
+    scenario = fairness.Scenario(flood=args.flood, samples=args.samples, stacks=keys)
+    started = time.time()
+    print(f"bench --fairness: {', '.join(keys)}, a flood of {scenario.flood:,}, {scenario.samples} samples; "
+          f"results -> {options.out}", flush=True)  # fmt: skip
+    figures, failures = fairness.run(scenario, options)
+    meta: dict[str, Any] = {
+        "started": dt.datetime.fromtimestamp(started, dt.UTC).isoformat(timespec="seconds"),
+        "argv": list(argv if argv is not None else sys.argv[1:]),
+        "scenario": asdict(scenario),
+        "machine": _machine(),
+        "versions": _versions(),
+        "failures": failures,
+        "wall_s": round(time.time() - started, 1),
+    }
+    options.out.mkdir(parents=True, exist_ok=True)
+    (options.out / "results.json").write_text(json.dumps({"meta": meta, "fairness": figures}, indent=1))
+    report = options.out / "report.md"
+    header = f"# Fairness run {meta['started']} (build {meta['machine']['commit']}, {meta['wall_s']:g} s)\n\n"
+    report.write_text(header + fairness_report.render(figures, failures, scenario))
+    print(f"report: {report}", flush=True)
+    empty = [f"{key} {setting} {phase}" for key, settings in figures.items() for setting, measured in settings.items()
+             for phase in ("alone", "flood") if not measured[phase]["samples"]]  # fmt: skip
+    for problem in [*failures, *(f"no samples: {name}" for name in empty)]:
+        print(f"PROBLEM: {problem}", file=sys.stderr)
+    return 1 if failures or empty else 0

@@ -11,11 +11,15 @@ Served with ``ext-tasks serve --tools bench.tools``:
   with ``tasks/update``, then completes.
 * ``hold(seconds)``: a task that stays ``working`` for ``seconds`` (the "working" half of the
   ``tasks/get`` population).
+* ``stamp(label)``: a task that answers the wall-clock instant its body started (epoch milliseconds, as
+  text): the fairness scenario's probe, whose create-to-start latency it gives (``bench.fairness``).
+* ``busy(ms)``: a task that stays ``working`` for ``ms`` milliseconds: the fairness scenario's flood.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Annotated
 
 from pydantic import Field
@@ -48,3 +52,14 @@ async def ask_in_task(ctx: Context, label: str = "x") -> str:
 async def hold(seconds: Annotated[float, Field(ge=0, le=3600)] = 600.0) -> str:
     await asyncio.sleep(seconds)
     return "held"
+
+
+@registry.tool(task="required", description="A task that answers when its body started (epoch ms)")
+async def stamp(label: str = "x") -> str:
+    return f"{time.time() * 1000:.3f}"
+
+
+@registry.tool(task="required", description="A task that stays working for `ms` milliseconds")
+async def busy(ms: Annotated[float, Field(ge=0, le=60_000)] = 100.0) -> str:
+    await asyncio.sleep(ms / 1000)
+    return "busy"

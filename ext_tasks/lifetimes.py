@@ -29,7 +29,7 @@ from typing import Final, Protocol, TypeVar
 
 import msgspec
 
-from .clock import now_ms
+from .clock import now_ms, stop_if_cancelled
 from .lifecycle import task_event
 from .options import TaskOptions
 from .protocol.errors import InternalError
@@ -219,6 +219,7 @@ class OverdueSweep:
             await asyncio.sleep(self._every_s)
             with contextlib.suppress(TaskStoreUnavailable):  # the next sweep tries again
                 await end_overdue(self._store, self._lifetimes, self._lifetimes.now_ms)
+            stop_if_cancelled()
 
 
 def _timed_out(message: str, kind: str, limit_s: float) -> dict[str, object]:

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Final, Protocol
 
+from .clock import stop_if_cancelled
 from .context import RetryLater
 from .protocol.errors import InternalError
 from .protocol.states import TaskEvent
@@ -93,6 +94,7 @@ class DueRuns:
             except TaskStoreUnavailable as exc:  # kept: tried again after a pause
                 logger.warning("promoting due retries failed (%s); trying again in %gs", exc.detail, _PAUSE_S)
                 await asyncio.sleep(_PAUSE_S)
+            stop_if_cancelled()
 
     async def promote(self) -> None:
         """Promote what is due: every partition on the sweep's clock, else the partitions of the known

@@ -44,7 +44,7 @@ import msgspec
 from . import tracing_tasks
 from .auth import principal_from_grant
 from .cancel_watch import stop_when_cancelled
-from .clock import now_ms
+from .clock import now_ms, stop_if_cancelled
 from .context import Context, InputRequired, RetryLater, missing_capabilities
 from .flow import FlowControl, RunPlaces, Waiting
 from .invoke import invoke_tool
@@ -227,6 +227,7 @@ class Worker:
                 if time.monotonic() >= depth_due:
                     depth_due = time.monotonic() + _DEPTH_EVERY_S
                     QUEUE_DEPTH.set(await self.store.queue_depth())
+            stop_if_cancelled()
 
     def _stop_lost(self, run: Run) -> None:
         """The queue no longer counts ``run`` as ours: another worker took it over (this process paused

@@ -22,6 +22,7 @@ A **token bucket** bounds a rate (a principal's task creations): ``burst`` token
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,15 +38,35 @@ from .ceilings import CEILING
 class _GateState:
     #: Task -> until when it holds its place.
     holders: dict[str, int] = field(default_factory=dict)
-    #: Task -> (its turn, until when it waits), in the order they came.
+    #: Task -> (its turn, until when it waits). A task keeps its turn and a new one comes last, so the
+    #: dict's own order is the line's: nothing is sorted, however long the line (a flood's thousands).
     line: dict[str, tuple[int, int]] = field(default_factory=dict)
+    #: No hold nor wait lapses before this instant (a lower bound, kept by :meth:`hold` and :meth:`wait`):
+    #: until then dropping the lapsed reads nothing, so a gate's every call does not scan its whole line.
+    next_lapse_ms: float = math.inf
+
+    def hold(self, task_id: str, until_ms: int) -> None:
+        self.holders[task_id] = until_ms
+        self.next_lapse_ms = min(self.next_lapse_ms, until_ms)
+
+    def wait(self, task_id: str, turn: int, until_ms: int) -> None:
+        self.line[task_id] = (turn, until_ms)
+        self.next_lapse_ms = min(self.next_lapse_ms, until_ms)
 
     def drop_lapsed(self, now_ms: int) -> None:
+        if now_ms < self.next_lapse_ms:
+            return
         self.holders = {task: until for task, until in self.holders.items() if until > now_ms}
         self.line = {task: wait for task, wait in self.line.items() if wait[1] > now_ms}
+        waits = (until for _, until in self.line.values())
+        self.next_lapse_ms = min(itertools.chain(self.holders.values(), waits), default=math.inf)
 
     def first_in_line(self, count: int) -> list[str]:
-        return [task for task, _ in sorted(self.line.items(), key=lambda item: item[1][0])[: max(0, count)]]
+        return list(itertools.islice(self.line, max(0, count)))
+
+    def ahead_of(self, task_id: str) -> int:
+        """How many wait ahead of ``task_id`` (all of them, for a task not in line)."""
+        return list(self.line).index(task_id) if task_id in self.line else len(self.line)
 
 
 class MemoryGates:
@@ -59,20 +80,30 @@ class MemoryGates:
         self._buckets: dict[str, tuple[float, int]] = {}
 
     async def enter(self, gate: Gate, task_id: str, *, now_ms: int, hold_ms: int, wait_ms: int) -> int:
+        if gate.name not in self._gates and len(self._gates) >= CEILING:
+            self._forget_lapsed_gates(now_ms)
         state = self._gates.setdefault(gate.name, _GateState())
         state.drop_lapsed(now_ms)
         if task_id in state.holders:
-            state.holders[task_id] = now_ms + hold_ms
+            state.hold(task_id, now_ms + hold_ms)
             return ENTERED
         free = gate.limit - len(state.holders)
-        ahead = state.first_in_line(len(state.line)).index(task_id) if task_id in state.line else len(state.line)
+        ahead = state.ahead_of(task_id)
         if ahead < free:
             state.line.pop(task_id, None)
-            state.holders[task_id] = now_ms + hold_ms
+            state.hold(task_id, now_ms + hold_ms)
             return ENTERED
         turn = state.line[task_id][0] if task_id in state.line else self._next_turn()
-        state.line[task_id] = (turn, now_ms + wait_ms)
+        state.wait(task_id, turn, now_ms + wait_ms)
         return ahead
+
+    def _forget_lapsed_gates(self, now_ms: int) -> None:
+        """Gates whose every place and wait lapsed, nobody left (a key's, a worker that died): past the
+        ceiling, forgotten as a key of Valkey would lapse, so per-key gates never grow without bound."""
+        for name, state in list(self._gates.items()):
+            state.drop_lapsed(now_ms)
+            if not state.holders and not state.line:
+                del self._gates[name]
 
     def _next_turn(self) -> int:
         self._turns += 1
@@ -82,7 +113,7 @@ class MemoryGates:
         state = self._gates.get(gate.name)
         if state is None or state.holders.get(task_id, 0) <= self._clock_ms():
             return False
-        state.holders[task_id] = until_ms
+        state.hold(task_id, until_ms)
         return True
 
     async def leave(self, gate: Gate, task_id: str, *, now_ms: int) -> list[str]:

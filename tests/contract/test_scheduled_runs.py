@@ -90,6 +90,46 @@ async def test_concurrent_promotions_of_every_partition_queue_each_run_exactly_o
     assert await store.next_runs("worker-a", 16, 50) == []
 
 
+async def test_a_task_created_to_start_later_is_not_delivered_before_its_instant_and_is_after(
+    store: TaskStore,
+) -> None:
+    """A run that waits in a gate's line is created scheduled, not queued: no worker takes it before
+    ``promote_due`` at its instant (or a wake)."""
+    record, start_at = make_record(), int(time.time() * 1000) + DELAY_MS
+    assert await store.create(record, start_at_ms=start_at) is None
+    assert await store.lookup(record.task_id) == record
+    assert await store.next_runs("worker-a", 10, 50) == []
+    assert await store.promote_due(start_at - 1) == 0
+    assert await store.next_runs("worker-a", 10, 50) == []
+    assert await store.promote_due(start_at) == 1
+    with anyio.fail_after(WAIT_S):
+        runs = await store.next_runs("worker-a", 10, 1000)
+    assert [(run.task_id, run.attempt) for run in runs] == [(record.task_id, 1)]
+
+
+async def test_waking_queues_each_scheduled_run_exactly_once_and_leaves_other_tasks_alone(store: TaskStore) -> None:
+    """Four callers (the instances whose runs left a gate) wake the same tasks at once, a task of
+    each partition: each scheduled run is queued once; a task with none, or none known, is left alone."""
+    start_at = int(time.time() * 1000) + DELAY_MS
+    scheduled = [make_record(new_task_id(tag)) for tag in PARTITION_TAGS]
+    for record in scheduled:
+        await store.create(record, start_at_ms=start_at)
+    running = make_record()
+    await store.create(running)
+    await _taken(store, running.task_id)  # its run is a worker's now: nothing to wake
+    named = [record.task_id for record in scheduled] + [running.task_id, new_task_id()]
+    woken = await asyncio.gather(*(store.wake(named) for _ in range(4)))
+    assert sum(woken) == len(scheduled)
+    taken: list[str] = []
+    with anyio.fail_after(WAIT_S * 2):
+        while len(taken) < len(scheduled):
+            taken += [run.task_id for run in await store.next_runs("worker-b", 16, 500)]
+    assert sorted(taken) == sorted(record.task_id for record in scheduled)
+    assert await store.next_runs("worker-b", 16, 50) == []
+    assert await store.promote_due(start_at) == 0  # woken: no longer scheduled
+    assert await store.wake(named) == 0
+
+
 @pytest.fixture(params=["valkey", "cluster"])
 def store_url(request: pytest.FixtureRequest) -> str:
     return shared_url(request)

@@ -220,3 +220,35 @@ def test_self_check_and_plot(memory_server: ServerProcess, tmp_path: Path) -> No
                     "--plot", str(plot))  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("stack", ["ext-hc-mem", "ext-hc-vk"])
+def test_the_bench_fairness_scenario_runs_and_reports(stack: str, tmp_path: Path) -> None:
+    """``python -m bench --fairness`` with a small flood: both settings (the principal cap and none) measured
+    alone and during the flood, the flood all created, and flood ÷ alone computed from the figures it
+    reports (their values are the full run's business, not a test's: this box is small and shared)."""
+    out = tmp_path / "fairness"
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "--fairness", "--stacks", stack, "--flood", "200", "--samples", "5",
+         "--out", str(out)],
+        capture_output=True, text=True, timeout=TIMEOUT_S, cwd=REPO, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["meta"]["failures"] == [] and saved["meta"]["scenario"]["flood"] == 200
+    settings = saved["fairness"][stack]
+    assert set(settings) == {"cap", "no_cap"}
+    for measured in settings.values():
+        alone, flood = measured["alone"], measured["flood"]
+        assert alone["samples"] == 5 and 1 <= flood["samples"] <= 5
+        assert flood["flood"]["created"] == 200 and flood["flood"]["errors"] == {}
+        for phase in (alone, flood):
+            assert len(phase["latencies_ms"]) == phase["samples"]
+            assert 0 < phase["p50"] <= phase["p95"] <= phase["max"]
+            assert phase["create_reply"]["p50"] is not None and phase["queued"]["samples"] == phase["samples"]
+        assert measured["ratio"]["p50"] == round(flood["p50"] / alone["p50"], 2)
+        assert measured["ratio"]["p95"] == round(flood["p95"] / alone["p95"], 2)
+    report = (out / "report.md").read_text()
+    assert "## Fairness: a principal's create-to-start latency while another floods" in report
+    assert f"| {stack} | cap 4 |" in report and f"| {stack} | no cap |" in report
+    assert "the issue's bar" in report

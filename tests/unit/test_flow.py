@@ -326,3 +326,16 @@ def test_a_key_without_a_number_means_one_run_per_key() -> None:
         return service
 
     assert registry.tools["deploy"].concurrency == 1
+
+
+async def test_the_memory_store_forgets_gates_whose_places_all_lapsed_past_its_ceiling(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from ext_tasks.store import gates as memory_gates
+
+    monkeypatch.setattr(memory_gates, "CEILING", 10)
+    ledger = memory_gates.MemoryGates()
+    for key in range(25):  # one deploy per service, each worker gone without leaving
+        gate = Gate(f"tool:deploy:key:{key}", 1)
+        assert await ledger.enter(gate, f"t{key}", now_ms=1_000 + key * 1_000, hold_ms=500, wait_ms=500) == -1
+    assert len(ledger._gates) <= 10

@@ -75,6 +75,24 @@ class KeySchema:
         """The bytes each of the principal's places is charged, and their sum (in the places' slot)."""
         return f"{self.prefix}:{{o{digest(owner)}}}:bytes"
 
+    # --- flow control (one gate's keys in the gate's own slot; a bucket is one key) ----------------------
+
+    def gate_holders(self, gate: str) -> str:
+        """The runs holding a place in the gate, scored by when their hold lapses (a sorted set)."""
+        return f"{self.prefix}:{{g{digest(gate)}}}:gate:holders"
+
+    def gate_line(self, gate: str) -> str:
+        """The runs waiting for a place, scored by their turn (the order they came in)."""
+        return f"{self.prefix}:{{g{digest(gate)}}}:gate:line"
+
+    def gate_waits(self, gate: str) -> str:
+        """The same runs as the line, scored by when their wait lapses (so lapsed waits are one range)."""
+        return f"{self.prefix}:{{g{digest(gate)}}}:gate:waits"
+
+    def bucket(self, bucket: str) -> str:
+        """A token bucket: a hash of its ``tokens`` and the instant they were counted ``at``."""
+        return f"{self.prefix}:{{b{digest(bucket)}}}:bucket"
+
     # --- everything else (single-key commands: any slot) ---------------------------------------------
 
     def claim(self, key: str) -> str:

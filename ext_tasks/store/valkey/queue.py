@@ -34,7 +34,7 @@ from ..connection.refusals import unavailable_on_connection_errors
 from ..connection.topology import Topology
 from ..ids import LEGACY_PARTITION, PARTITION_TAGS, partition_of
 from .keys import KeySchema
-from .queue_scripts import HEARTBEAT, PROMOTE, RECLAIM, REQUEUE
+from .queue_scripts import HEARTBEAT, PROMOTE, RECLAIM, REQUEUE, WAKE
 from .readers import READER_BLOCK_MS, PartitionReaders
 
 logger = logging.getLogger("ext_tasks.store")
@@ -66,6 +66,7 @@ class ValkeyRunQueue:
         self._heartbeat = HEARTBEAT.bind(self._client)
         # Queueing a due run is what a commit's enqueue is: confirmed the same way.
         self._promote = PROMOTE.bind(self._client, topology)
+        self._wake = WAKE.bind(self._client, topology)
         self._readers: PartitionReaders | None = None
 
     @property
@@ -259,6 +260,21 @@ class ValkeyRunQueue:
 
         with unavailable_on_connection_errors():
             return sum(await asyncio.gather(*(promote(partition) for partition in partitions)))
+
+    async def wake(self, task_ids: Sequence[str]) -> int:
+        """One script per partition of ``task_ids`` (in its slot): each named task's scheduled run,
+        removed from the due runs and queued at once; a task with none (queued, running, woken by
+        another caller) is left alone."""
+        by_partition: dict[str, list[str]] = {}
+        for task_id in dict.fromkeys(task_ids):
+            by_partition.setdefault(partition_of(task_id), []).append(task_id)
+
+        async def wake(partition: str, named: list[str]) -> int:
+            keys = {"due": self.keys.due(partition), "runs": self.keys.runs(partition)}
+            return int(await self._wake(keys=keys, args={}, rest=named))
+
+        with unavailable_on_connection_errors():
+            return sum(await asyncio.gather(*(wake(partition, named) for partition, named in by_partition.items())))
 
     async def _due(self, now_ms: int) -> list[str]:
         """The partitions with a scheduled run due by ``now_ms``."""

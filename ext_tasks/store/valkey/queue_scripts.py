@@ -1,6 +1,7 @@
 """The run queue's scripts, each on one partition's stream (one slot): reclaiming idle runs (and
 trimming what every reader acknowledged), keeping a worker's runs (and telling it which it lost),
-giving a run back, and queueing the scheduled runs that are due."""
+giving a run back, queueing the scheduled runs that are due, and queueing named ones at once (waking
+them)."""
 
 from __future__ import annotations
 
@@ -98,5 +99,22 @@ for _, task in ipairs(due_now) do
 end
 if #due_now > 0 then redis.call('ZREM', due, unpack(due_now)) end
 return #due_now
+""",
+)
+
+WAKE: Final = Script(
+    "queue named scheduled runs",
+    keys=("due", "runs"),
+    args=(),
+    body="""
+-- The tasks named (rest) whose run is scheduled: removed and queued in one step, each by one waker.
+local woken = 0
+for _, task in ipairs(rest) do
+  if redis.call('ZREM', due, task) == 1 then
+    redis.call('XADD', runs, '*', 'task', task)
+    woken = woken + 1
+  end
+end
+return woken
 """,
 )

@@ -49,7 +49,7 @@ from .places import ValkeyPlaces
 
 CREATE: Final = Script(
     "create a task",
-    keys=("record", "tombstone", "runs", "idempotency"),
+    keys=("record", "tombstone", "runs", "idempotency", "due"),
     args=(
         "task_id",
         "owner",
@@ -58,6 +58,7 @@ CREATE: Final = Script(
         "idempotency_value",
         "idempotency_window_ms",
         "confirming",
+        "start_at",
     ),
     body="""
 if idempotency_value ~= '' then
@@ -72,7 +73,11 @@ redis.call('HSET', record, unpack(rest))
 if expires_at ~= '' then redis.call('PEXPIREAT', record, expires_at) end
 if tombstone_until ~= '' then redis.call('SET', tombstone, owner, 'PXAT', tombstone_until) end
 if idempotency_value ~= '' then redis.call('SET', idempotency, idempotency_value, 'PX', idempotency_window_ms) end
-redis.call('XADD', runs, '*', 'task', task_id)
+if start_at ~= '' then
+  redis.call('ZADD', due, start_at, task_id)
+else
+  redis.call('XADD', runs, '*', 'task', task_id)
+end
 return 1
 """,
 )
@@ -157,7 +162,12 @@ class ValkeyRecords:
         self._mark_watched = MARK_WATCHED.bind(self._client)
 
     async def create(
-        self, record: TaskRecord, idempotency: IdempotencyClaim | None = None, limit: ActiveLimit | None = None
+        self,
+        record: TaskRecord,
+        idempotency: IdempotencyClaim | None = None,
+        limit: ActiveLimit | None = None,
+        *,
+        start_at_ms: int | None = None,
     ) -> ExistingTask | None:
         if idempotency is not None and partition_of(record.task_id) != idempotency.partition:
             raise ValueError("a task created under an idempotency key takes the key's partition")
@@ -172,7 +182,7 @@ class ValkeyRecords:
                     return prior  # a resend at the cap still names its task
                 raise
         try:
-            created = await self._create_in_partition(record, idempotency)
+            created = await self._create_in_partition(record, idempotency, start_at_ms)
         except BaseException:
             if reserved:
                 with contextlib.suppress(Exception):
@@ -193,8 +203,12 @@ class ValkeyRecords:
         task_id, _, fingerprint = str(prior).partition(" ")
         return ExistingTask(task_id, fingerprint)
 
-    async def _create_in_partition(self, record: TaskRecord, idempotency: IdempotencyClaim | None) -> Any:
+    async def _create_in_partition(
+        self, record: TaskRecord, idempotency: IdempotencyClaim | None, start_at_ms: int | None
+    ) -> Any:
+        """The first run queued, or with ``start_at_ms`` scheduled then (in the partition's due runs)."""
         expires = record.expires_at_ms
+        partition = partition_of(record.task_id)
         task_key = self.keys.task(record.task_id)
         tombstone = self.keys.tombstone(record.task_id)
         with unavailable_on_connection_errors():
@@ -202,9 +216,10 @@ class ValkeyRecords:
                 keys={
                     "record": task_key,
                     "tombstone": tombstone,
-                    "runs": self.keys.runs(partition_of(record.task_id)),
+                    "runs": self.keys.runs(partition),
                     # Not touched without a claim; any key of the task's slot fills the place.
                     "idempotency": tombstone if idempotency is None else self.keys.idempotency(idempotency.key),
+                    "due": self.keys.due(partition),
                 },
                 args={
                     "task_id": record.task_id,
@@ -214,6 +229,7 @@ class ValkeyRecords:
                     "idempotency_value": "" if idempotency is None else f"{record.task_id} {idempotency.fingerprint}",
                     "idempotency_window_ms": "" if idempotency is None else str(max(1, idempotency.window_ms)),
                     "confirming": "1" if self._confirming else "",
+                    "start_at": "" if start_at_ms is None else str(start_at_ms),
                 },
                 rest=flat(field_map(record)),
             )

@@ -7,10 +7,9 @@ Every multi-step change is one Lua script touching one hash slot, so it is atomi
 and valid on a cluster; the key schema (:mod:`.keys`) puts each task's keys in its partition's slot.
 
 Each noun is an object of its own (:attr:`ValkeyTaskStore.records`, ``queue``, ``broadcast``,
-``claims``, ``places``, and the operator's ``listing``), which is what the engine and the workers are
-given; the store answers the
-whole :class:`~..base.TaskStore` too, by handing each call to its noun, for the composition root and the
-contract tests.
+``claims``, ``places``, flow control's ``gates`` (:mod:`.gates`) and the operator's ``listing``), which
+is what the engine and the workers are given; the store answers the whole :class:`~..base.TaskStore`
+too, by handing each call to its noun, for the composition root and the contract tests.
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ from typing import Any, Unpack
 
 from ...options import VALKEY_PREFIX
 from ...protocol.tasks import TaskRecord
-from ..base import ActiveLimit, ExistingTask, Expired, Followups, IdempotencyClaim, Run, WatchItem
+from ..base import ActiveLimit, ExistingTask, Expired, FlowGates, Followups, IdempotencyClaim, Run, WatchItem
 from ..connection.acks import ReplicaAcks
 from ..connection.channels import ShardedChannels
 from ..connection.jsontext import decode_json
@@ -31,6 +30,7 @@ from ..connection.pool import PoolSettings
 from ..connection.refusals import unavailable_on_connection_errors
 from ..connection.topology import Topology, connect
 from .codec import record_from_fields
+from .gates import ValkeyGates
 from .keys import KeySchema
 from .listing import ValkeyListing
 from .places import ValkeyPlaces
@@ -96,12 +96,17 @@ class ValkeyTaskStore:
         self.queue = ValkeyRunQueue(self.topology, self.keys)
         self.broadcast = ValkeyBroadcast(self.channels, self.records)
         self.claims = ValkeyClaims(self.topology.client, self.keys)
+        self._gates = ValkeyGates(self.topology, self.keys)
         #: The operator's listing (the admin listener's): reads what is kept, adds nothing to the hot path.
         self.listing = ValkeyListing(self.topology, self.keys, self.records.places if owner_places else None)
 
     @property
     def places(self) -> ValkeyPlaces:
         return self.records.places
+
+    @property
+    def gates(self) -> FlowGates:
+        return self._gates
 
     async def open(self) -> None:
         await self.queue.open()
@@ -119,9 +124,14 @@ class ValkeyTaskStore:
     # --- the whole TaskStore, each call handed to its noun --------------------------------------------
 
     async def create(
-        self, record: TaskRecord, idempotency: IdempotencyClaim | None = None, limit: ActiveLimit | None = None
+        self,
+        record: TaskRecord,
+        idempotency: IdempotencyClaim | None = None,
+        limit: ActiveLimit | None = None,
+        *,
+        start_at_ms: int | None = None,
     ) -> ExistingTask | None:
-        return await self.records.create(record, idempotency, limit)
+        return await self.records.create(record, idempotency, limit, start_at_ms=start_at_ms)
 
     async def lookup(self, task_id: str) -> TaskRecord | Expired | None:
         return await self.records.lookup(task_id)
@@ -155,6 +165,9 @@ class ValkeyTaskStore:
 
     async def promote_due(self, now_ms: int, task_ids: Sequence[str] = ()) -> int:
         return await self.queue.promote_due(now_ms, task_ids)
+
+    async def wake(self, task_ids: Sequence[str]) -> int:
+        return await self.queue.wake(task_ids)
 
     def watch(self, task_id: str) -> AbstractAsyncContextManager[asyncio.Queue[WatchItem]]:
         return self.broadcast.watch(task_id)
