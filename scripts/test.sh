@@ -69,7 +69,7 @@ export EXT_TASKS_MCP2_PYTHON="$PWD/.venvs/mcp2/bin/python"
 export EXT_TASKS_MCP1_PYTHON="$PWD/.venvs/mcp1/bin/python"
 export EXT_TASKS_FASTMCP4_PYTHON="$PWD/.venvs/fastmcp4/bin/python"
 export EXT_TASKS_CONFORMANCE_PKG="$CONFORMANCE_PKG"
-.venv/bin/python -m pytest "$@"
+.venv/bin/python -m pytest --durations=30 "$@"
 
 step "benchmark smoke runs (seconds, no thresholds: they keep the suite from rotting)"
 .venv/bin/python -m investigations.state_codec --smoke
