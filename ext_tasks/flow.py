@@ -152,7 +152,8 @@ class FlowControl:
                     ahead = await self.gates.enter(
                         passage.gate, record.task_id, now_ms=now, hold_ms=self.hold_ms, wait_ms=self.hold_ms
                     )
-                    if ahead != ENTERED:
+                    if ahead != ENTERED:  # it runs on regardless: it takes no turn in line that others wait behind
+                        await self.gates.leave(passage.gate, record.task_id, now_ms=now)
                         logger.warning("the run of %s lost its place in %s", record.task_id, passage.gate.name)
 
     # --- the creation rate ------------------------------------------------------------------------

@@ -28,7 +28,8 @@ from ext_tasks.lifetimes import Lifetimes
 from ext_tasks.options import TaskOptions, WorkerOptions
 from ext_tasks.protocol.errors import INVALID_PARAMS, LIMIT_EXCEEDED
 from ext_tasks.protocol.resume import ResumeCodec
-from ext_tasks.protocol.tasks import META_RUN_ATTEMPTS
+from ext_tasks.protocol.states import TaskStatus
+from ext_tasks.protocol.tasks import META_RUN_ATTEMPTS, TaskRecord
 from ext_tasks.store.base import Gate
 from ext_tasks.store.memory import MemoryTaskStore
 from ext_tasks.task_methods import TaskMethods
@@ -339,3 +340,30 @@ async def test_the_memory_store_forgets_gates_whose_places_all_lapsed_past_its_c
         gate = Gate(f"tool:deploy:key:{key}", 1)
         assert await ledger.enter(gate, f"t{key}", now_ms=1_000 + key * 1_000, hold_ms=500, wait_ms=500) == -1
     assert len(ledger._gates) <= 10
+
+
+async def test_a_running_run_whose_place_lapsed_into_a_full_gate_takes_no_turn_in_its_line() -> None:
+    """A worker paused past its lease finds its place taken: its run goes on, but others in line are not
+    made to wait behind a turn it will never use."""
+    clock = Clock(1_000_000)
+    registry = tools(Overlaps())
+    store = MemoryTaskStore(clock_ms=clock)
+    flow = FlowControl(store.gates, store, TaskOptions(), registry.find_tool, hold_ms=1_000, clock_ms=clock)
+    gate = Gate("tool:deploy:key:billing", 1)
+    running = TaskRecord(
+        task_id="running",
+        owner="alice",
+        tool="deploy",
+        arguments={"service": "billing"},
+        status=TaskStatus.WORKING,
+        version=1,
+        created_at_ms=clock.now_ms,
+        updated_at_ms=clock.now_ms,
+        ttl_ms=60_000,
+        poll_interval_ms=250,
+    )
+    assert await flow.enter(running) is None
+    clock.now_ms += 2_000  # the worker paused past its hold: another deploy took the place
+    assert await store.gates.enter(gate, "other", now_ms=clock.now_ms, hold_ms=1_000, wait_ms=60_000) == -1
+    await flow.renew([running])
+    assert await store.gates.enter(gate, "late", now_ms=clock.now_ms, hold_ms=1_000, wait_ms=60_000) == 0
